@@ -1,0 +1,117 @@
+"""One step's decision (`Batch`) and the numbers the cost model needs (`BatchFeatures`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from twinserve.core.request import Req
+
+# Decode batch sizes that get a CUDA graph: 1, 2, 4, then every multiple of 8.
+_SMALL_GRAPH_SIZES = (1, 2, 4)
+
+
+def padded_batch_size(n: int, max_graph_bs: int = 256) -> int:
+    """The decode batch size a CUDA-graph runner pads ``n`` sequences to.
+
+    Sizes 1, 2, 4 and the multiples of 8 up to ``max_graph_bs`` are captured; larger batches run
+    eagerly at their own size. The engine's runner and the cost model both call this function.
+    """
+    if n <= 0:
+        return 0
+    if n > max_graph_bs:
+        return n
+    for s in _SMALL_GRAPH_SIZES:
+        if n <= s:
+            return s
+    return -(-n // 8) * 8
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFeatures:
+    """Cost-model inputs of one step; the engine logs them, the simulator consumes them.
+
+    Context lengths count the tokens a sequence attends to after this step (cached + new).
+    ``prefill_attn`` is the exact number of causal query-key pairs of the prefill chunks:
+    sum(new * start + new * (new + 1) / 2).
+    """
+
+    num_seqs: int = 0
+    num_decodes: int = 0
+    num_prefills: int = 0
+    new_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_ctx: int = 0
+    prefill_ctx: int = 0
+    prefill_attn: int = 0
+    padded_decodes: int = 0
+    max_ctx: int = 0
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+@dataclass(slots=True)
+class Batch:
+    """One step: which requests run and how many new tokens each computes.
+
+    Invariants: all lists have one entry per request; ``starts[i]`` is the request's
+    ``num_computed`` before the step; the request's token buffer holds ``starts[i] + new_tokens[i]``
+    tokens or more; ``emits[i]`` is true when the step completes the request's known tokens, so
+    one new token is sampled for it (its value arrives through ``Scheduler.complete``), and then
+    ``out_pos[i]`` is that token's index among the request's outputs (else -1). ``is_decode[i]``
+    marks one-token steps of a request that already has output.
+    """
+
+    step: int
+    reqs: list["Req"]
+    starts: list[int]
+    new_tokens: list[int]
+    emits: list[bool]
+    out_pos: list[int]
+    is_decode: list[bool]
+    max_graph_bs: int = 256
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.new_tokens)
+
+    @property
+    def decode_only(self) -> bool:
+        return all(self.is_decode)
+
+    def features(self) -> BatchFeatures:
+        nd = 0
+        decode_ctx = 0
+        prefill_tokens = 0
+        prefill_ctx = 0
+        prefill_attn = 0
+        max_ctx = 0
+        for s, n, d in zip(self.starts, self.new_tokens, self.is_decode):
+            ctx = s + n
+            if ctx > max_ctx:
+                max_ctx = ctx
+            if d:
+                nd += 1
+                decode_ctx += ctx
+            else:
+                prefill_tokens += n
+                prefill_ctx += ctx
+                prefill_attn += n * s + n * (n + 1) // 2
+        return BatchFeatures(
+            num_seqs=len(self.reqs),
+            num_decodes=nd,
+            num_prefills=len(self.reqs) - nd,
+            new_tokens=prefill_tokens + nd,
+            prefill_tokens=prefill_tokens,
+            decode_ctx=decode_ctx,
+            prefill_ctx=prefill_ctx,
+            prefill_attn=prefill_attn,
+            padded_decodes=padded_batch_size(nd, self.max_graph_bs),
+            max_ctx=max_ctx,
+        )

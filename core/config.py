@@ -1,0 +1,43 @@
+"""`SchedulerConfig`: batch-formation knobs and the size of the page pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Batch formation and memory geometry; policies are chosen separately, by name.
+
+    - ``max_num_batched_tokens``: token budget of one step (prefill chunk tokens + one per decode).
+    - ``max_running``: most requests holding KV at once.
+    - ``chunked_prefill`` / ``chunk_size``: split long prompts into chunks of at most
+      ``chunk_size`` tokens; without it a prompt is prefilled whole (so it must fit the budget).
+    - ``mixed``: decodes and prefill chunks share a step; if false, prefill-first: a step is all
+      prefill whenever a prefill can run, otherwise all decode.
+    - ``page_size`` × ``num_pages``: the KV pool, in tokens per page and pages.
+    - ``max_model_len``: longest prompt + output a request may have; longer ones are rejected.
+    - ``max_graph_bs``: largest CUDA-graph decode batch (for padded-batch features).
+    """
+
+    max_num_batched_tokens: int = 8192
+    max_running: int = 256
+    chunked_prefill: bool = True
+    chunk_size: int = 8192
+    mixed: bool = True
+    page_size: int = 16
+    num_pages: int = 8192
+    max_model_len: int = 32768
+    max_graph_bs: int = 256
+
+    def validate(self) -> None:
+        for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",
+                     "max_model_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunk_size > self.max_num_batched_tokens:
+            self.chunk_size = self.max_num_batched_tokens
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.page_size * self.num_pages

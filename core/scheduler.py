@@ -1,0 +1,565 @@
+"""`Scheduler`: the one loop both backends drive (see DESIGN.md, "The one loop")."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from twinserve.core.batch import Batch, BatchFeatures, padded_batch_size
+from twinserve.core.config import SchedulerConfig
+from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
+from twinserve.core.records import StepRecord
+from twinserve.core.request import PLACEHOLDER, Req, ReqState
+
+_RUNNING = ReqState.RUNNING
+_WAITING = ReqState.WAITING
+_FINISHED = ReqState.FINISHED
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set and the three policies; forms one batch per step.
+
+    Protocol: ``add`` requests as they arrive; ``schedule(now)`` returns the next ``Batch`` (or
+    None) and launches it: lengths and pages advance at once and every request that will sample a
+    token gets a placeholder output; ``complete(batch, tokens, now)`` delivers the sampled values,
+    applies stop rules and releases finished requests. ``schedule`` may be called again before the
+    previous batch completes (overlap scheduling); batches must complete in launch order.
+
+    Batch formation per step, under the token budget: running requests first, in admission order
+    (one token per decode, a chunk per unfinished prefill), then waiting requests in the order the
+    scheduling policy gives, until one does not fit (head-of-line blocking). In prefill-first mode
+    (``mixed=False``) a step holds only prefill work when there is any, else only decodes.
+    When a running request needs a page and none is free (even after evicting unlocked cached
+    prefixes), a victim chosen by the scheduling policy among the running requests not yet served
+    in this step is preempted by recompute: its computed full pages go to the prefix cache, the
+    rest are freed, and it waits again (it is not re-admitted in the same step).
+
+    Invariants (``check_invariants``): every page is exactly one of free, owned by a live request,
+    or owned by the prefix cache, so free + used + cached == num_pages; a request's cached prefix
+    stays locked while it holds it; a FINISHED or ABORTED request holds nothing once no launched
+    batch still contains it.
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        policy: SchedulingLike,
+        memory: MemoryLike,
+        cache: CacheLike,
+        allocator: AllocatorLike,
+        eos_token_ids: Iterable[int] = (),
+    ) -> None:
+        config.validate()
+        if allocator.num_pages != config.num_pages:
+            raise ValueError("allocator size differs from SchedulerConfig.num_pages")
+        if cache.page_size != config.page_size:
+            raise ValueError("cache page size differs from SchedulerConfig.page_size")
+        self.config = config
+        self.policy = policy
+        self.memory = memory
+        self.cache = cache
+        self.allocator = allocator
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self._live: dict[int, Req] = {}
+        self._step = 0
+        self._inflight = 0
+        self._dirty = False
+        self._last_preempted = 0
+        self.num_preemptions = 0
+
+    # ---- queue -----------------------------------------------------------------------------
+    def add(self, req: Req) -> None:
+        cfg = self.config
+        total = req.prompt_len + req.params.max_tokens
+        if total > cfg.max_model_len:
+            raise ValueError(f"request {req.rid}: prompt ({req.prompt_len}) + max_tokens "
+                             f"({req.params.max_tokens}) = {total} exceeds max_model_len {cfg.max_model_len}")
+        if -(-total // cfg.page_size) > cfg.num_pages:
+            raise ValueError(f"request {req.rid}: {total} tokens can never fit in "
+                             f"{cfg.num_pages} pages of {cfg.page_size}")
+        if not cfg.chunked_prefill and req.prompt_len > cfg.max_num_batched_tokens:
+            raise ValueError(f"request {req.rid}: prompt of {req.prompt_len} tokens exceeds the token "
+                             f"budget {cfg.max_num_batched_tokens} and chunked prefill is off")
+        if req.rid in self._live:
+            raise ValueError(f"request id {req.rid} is already in the scheduler")
+        req.state = _WAITING
+        self.waiting.append(req)
+        self._live[req.rid] = req
+        self.policy.on_add(req, req.arrival)
+
+    def abort(self, rid: int, now: float | None = None) -> Req | None:
+        """Abort a request; its pages return at once, or when its last launched batch completes."""
+        req = self._live.get(rid)
+        if req is None or req.done:
+            return None
+        req.state = ReqState.ABORTED
+        req.finish_reason = "abort"
+        req.t_finish = now
+        self._dirty = True
+        if req.inflight == 0:
+            self._release(req, insert=False)
+        return req
+
+    @property
+    def num_waiting(self) -> int:
+        self._clean()
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        self._clean()
+        return len(self.running)
+
+    @property
+    def has_work(self) -> bool:
+        self._clean()
+        return bool(self.waiting or self.running or self._inflight)
+
+    def get(self, rid: int) -> Req | None:
+        return self._live.get(rid)
+
+    def page_counts(self) -> tuple[int, int, int]:
+        free = self.allocator.free_count
+        cached = self.cache.num_pages
+        return free, self.config.num_pages - free - cached, cached
+
+    # ---- one step --------------------------------------------------------------------------
+    def schedule(self, now: float) -> Batch | None:
+        self._clean()
+        if not self.running and not self.waiting:
+            return None
+        entries: list[tuple[Req, int, bool]] = []
+        preempted: set[int] = set()
+        budget = self.config.max_num_batched_tokens
+        if self.config.mixed:
+            budget = self._serve_running(now, entries, budget, preempted, True, True)
+            self._admit(now, entries, budget, preempted)
+        else:
+            left = self._serve_running(now, entries, budget, preempted, False, True)
+            self._admit(now, entries, left, preempted)
+            if not entries:
+                self._serve_running(now, entries, budget, preempted, True, False)
+        self._last_preempted = len(preempted)
+        if not entries:
+            return None
+        return self._launch(entries)
+
+    def _launch(self, entries: list[tuple[Req, int, bool]]) -> Batch:
+        self._step += 1
+        on_compute = self.policy.on_compute
+        starts: list[int] = []
+        news: list[int] = []
+        emits: list[bool] = []
+        out_pos: list[int] = []
+        decs: list[bool] = []
+        for r, n, dec in entries:
+            s = r.num_computed
+            starts.append(s)
+            news.append(n)
+            decs.append(dec)
+            r.num_computed = s + n
+            r.inflight += 1
+            if s + n == r.num_tokens:
+                out_pos.append(r.append_tokens(PLACEHOLDER))
+                r.pending += 1
+                emits.append(True)
+                on_compute(r, 0 if dec else n, 1)
+            else:
+                out_pos.append(-1)
+                emits.append(False)
+                on_compute(r, n, 0)
+        self._inflight += 1
+        return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
+                     self.config.max_graph_bs)
+
+    def _serve_running(self, now: float, entries: list[tuple[Req, int, bool]], budget: int,
+                       preempted: set[int], decodes: bool, prefills: bool) -> int:
+        cfg = self.config
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            rem = r.num_tokens - r.num_computed
+            if rem <= 0 or r.num_tokens - r.prompt_len >= r.params.max_tokens:
+                i += 1  # its last token is sampled; only its complete() is outstanding
+                continue
+            dec = rem == 1 and r.num_tokens > r.prompt_len
+            if (dec and not decodes) or (not dec and not prefills):
+                i += 1
+                continue
+            if dec:
+                n = 1
+            elif cfg.chunked_prefill:
+                n = min(rem, cfg.chunk_size, budget)
+            elif rem <= budget:
+                n = rem
+            else:
+                i += 1
+                continue
+            if not self._grow(r, r.num_computed + n):
+                victim_is_self = False
+                while True:
+                    if not self.memory.preempts:
+                        raise RuntimeError("out of KV pages under a reserving memory policy")
+                    cands = running[i + 1:]
+                    v = self.policy.victim(cands, now) if cands else r
+                    self._preempt(v)
+                    preempted.add(v.rid)
+                    if v is r:
+                        victim_is_self = True
+                        break
+                    if self._grow(r, r.num_computed + n):
+                        break
+                if victim_is_self:
+                    continue  # running[i] is now the next request
+            entries.append((r, n, dec))
+            budget -= n
+            i += 1
+        return budget
+
+    def _admit(self, now: float, entries: list[tuple[Req, int, bool]], budget: int,
+               preempted: set[int]) -> None:
+        if not self.waiting or budget <= 0:
+            return
+        cfg = self.config
+        cache = self.cache
+        alloc = self.allocator
+        ps = cfg.page_size
+        admitted = False
+        for r in self.policy.order(self.waiting, now, cache):
+            if len(self.running) >= cfg.max_running or budget <= 0:
+                break
+            if r.pending or r.rid in preempted:
+                continue
+            total = r.num_tokens
+            m = cache.match(r.tokens[: total - 1])
+            start = m.num_tokens
+            rem = total - start
+            if cfg.chunked_prefill:
+                n = min(rem, cfg.chunk_size, budget)
+            elif rem <= budget:
+                n = rem
+            else:
+                break
+            need = self.memory.admission_pages(r, start, n, ps) - len(m.pages)
+            if m.node is not None:
+                cache.lock(m.node)
+            avail = alloc.free_count + cache.evictable_pages
+            if need > avail or not self.memory.can_admit(need, avail, alloc.num_pages):
+                if m.node is not None:
+                    cache.unlock(m.node)
+                break
+            r.pages = list(m.pages)
+            if need > 0:
+                r.pages.extend(self._alloc(need))  # cannot fail: need <= avail
+            r.num_cache_pages = len(m.pages)
+            r.cache_node = m.node
+            r.num_computed = start
+            r.num_cached = start
+            if start > r.max_cached:
+                r.max_cached = start
+            cache.stats.queried_tokens += total
+            cache.stats.hit_tokens += start
+            r.state = _RUNNING
+            if r.t_scheduled is None:
+                r.t_scheduled = now
+            self.running.append(r)
+            entries.append((r, n, False))
+            budget -= n
+            admitted = True
+        if admitted:
+            self.waiting = [w for w in self.waiting if w.state is _WAITING]
+
+    def complete(self, batch: Batch, tokens: Sequence[int] | np.ndarray, now: float) -> list[Req]:
+        """Deliver a launched batch's sampled tokens; returns the requests released by this call."""
+        if len(tokens) != len(batch.reqs):
+            raise ValueError(f"complete: {len(tokens)} tokens for a batch of {len(batch.reqs)}")
+        self._inflight -= 1
+        eos = self.eos
+        ended: list[Req] = []
+        emits = batch.emits
+        for i, r in enumerate(batch.reqs):
+            r.inflight -= 1
+            if emits[i]:
+                r.pending -= 1
+                pos = batch.out_pos[i]
+                if not r.done and pos < r.num_tokens - r.prompt_len:
+                    tok = int(tokens[i])
+                    r.set_output(pos, tok, now)
+                    p = r.params
+                    if pos + 1 >= p.max_tokens:
+                        self._finish(r, "length", pos + 1, now)
+                    elif (tok in eos and not p.ignore_eos) or tok in p.stop_token_ids:
+                        self._finish(r, "stop", pos + 1, now)
+            if not batch.is_decode[i] and r.state is _RUNNING:
+                # a prefill chunk's full pages become shareable as soon as their KV exists
+                self._cache_prefix(r, batch.starts[i] + batch.new_tokens[i])
+            if r.done and r.inflight == 0 and r.rid in self._live:
+                self._release(r, insert=r.state is _FINISHED)
+                ended.append(r)
+        return ended
+
+    # ---- pages -----------------------------------------------------------------------------
+    def _alloc(self, n: int) -> list[int] | None:
+        alloc = self.allocator
+        short = n - alloc.free_count
+        if short > 0:
+            if short > self.cache.evictable_pages:
+                return None
+            alloc.free(self.cache.evict(short))
+            if alloc.free_count < n:
+                return None
+        return alloc.alloc(n)
+
+    def _grow(self, r: Req, tokens: int) -> bool:
+        need = -(-tokens // self.config.page_size) - len(r.pages)
+        if need <= 0:
+            return True
+        pages = self._alloc(need)
+        if pages is None:
+            return False
+        r.pages.extend(pages)
+        return True
+
+    def _known_computed(self, r: Req) -> int:
+        """Tokens whose KV is computed and whose values are known (no placeholder)."""
+        n = min(r.num_computed, r.num_tokens)
+        if n > r.prompt_len:
+            holes = np.flatnonzero(r.tokens[r.prompt_len : n] < 0)
+            if holes.size:
+                n = r.prompt_len + int(holes[0])
+        return n
+
+    def _cache_prefix(self, r: Req, n_tokens: int) -> None:
+        """Offer the request's full pages up to ``n_tokens`` to the prefix cache."""
+        ps = self.config.page_size
+        npages = min(n_tokens, r.num_tokens) // ps
+        if npages <= r.num_cache_pages:
+            return
+        res = self.cache.insert(r.tokens[: npages * ps], r.pages[:npages])
+        tree = res.pages
+        if len(tree) < npages:
+            return  # the cache kept nothing: the pages stay private
+        pages = r.pages
+        dup: list[int] = []
+        for i in range(r.num_cache_pages, npages):
+            t = tree[i]
+            if t != pages[i]:
+                dup.append(pages[i])
+                pages[i] = t
+        if dup:
+            self.allocator.free(dup)
+        self.cache.lock(res.node)
+        if r.cache_node is not None:
+            self.cache.unlock(r.cache_node)
+        r.cache_node = res.node
+        r.num_cache_pages = npages
+
+    def _drop_pages(self, r: Req) -> None:
+        if r.cache_node is not None:
+            self.cache.unlock(r.cache_node)
+        self.allocator.free(r.pages[r.num_cache_pages:])
+        r.pages = []
+        r.num_cache_pages = 0
+        r.cache_node = None
+
+    def _release(self, r: Req, insert: bool) -> None:
+        if insert:
+            self._cache_prefix(r, self._known_computed(r))
+        self._drop_pages(r)
+        del self._live[r.rid]
+        self.policy.on_exit(r)
+
+    def _preempt(self, v: Req) -> None:
+        self._cache_prefix(v, self._known_computed(v))
+        self._drop_pages(v)
+        v.num_computed = 0
+        v.num_cached = 0
+        v.state = _WAITING
+        v.num_preemptions += 1
+        self.num_preemptions += 1
+        self.running.remove(v)
+        self.waiting.append(v)
+
+    def _finish(self, r: Req, reason: str, n_out: int, now: float) -> None:
+        r.truncate_outputs(n_out)
+        r.state = _FINISHED
+        r.finish_reason = reason
+        r.t_finish = now
+        self._dirty = True
+
+    def _clean(self) -> None:
+        if self._dirty:
+            self.running = [r for r in self.running if r.state is _RUNNING]
+            self.waiting = [r for r in self.waiting if r.state is _WAITING]
+            self._dirty = False
+
+    # ---- records ---------------------------------------------------------------------------
+    def record(self, batch: Batch, start: float, duration: float, cpu_s: float = 0.0,
+               replica: int = 0) -> StepRecord:
+        """The step record of ``batch``; call it right after ``schedule()`` returned it."""
+        free, used, cached = self.page_counts()
+        return StepRecord(batch.step, start, duration, batch.features(), len(self.waiting),
+                          len(self.running), free, used, cached, self._last_preempted, cpu_s, replica)
+
+    # ---- fast-forward (simulator) ----------------------------------------------------------
+    def decode_stretch(self, limit: int) -> int:
+        """How many upcoming steps are certainly the same decode-only batch with no finish.
+
+        Holds when no batch is in flight, every running request is decoding with ``ignore_eos``
+        (or no EOS ids) and no stop ids, nothing can be admitted, and the pages those steps need
+        are free without eviction. Assumes no arrival during the stretch (the caller's ``limit``).
+        """
+        self._clean()
+        if limit < 1 or self._inflight:
+            return 0
+        running = self.running
+        b = len(running)
+        cfg = self.config
+        if b == 0 or b > cfg.max_num_batched_tokens:
+            return 0
+        if self.waiting and b < cfg.max_running and b < cfg.max_num_batched_tokens:
+            return 0
+        eos = bool(self.eos)
+        left = limit + 1
+        for r in running:
+            if r.num_tokens - r.num_computed != 1 or r.num_tokens == r.prompt_len:
+                return 0
+            p = r.params
+            if (eos and not p.ignore_eos) or p.stop_token_ids:
+                return 0
+            lft = p.max_tokens - (r.num_tokens - r.prompt_len)
+            if lft < left:
+                left = lft
+        k = min(limit, left - 1)
+        if k < 1:
+            return 0
+        c, npg = self._stretch_arrays()
+        free = self.allocator.free_count
+        ps = cfg.page_size
+
+        def pages_needed(steps: int) -> int:
+            return int(np.maximum(0, -(-(c + steps) // ps) - npg).sum())
+
+        if pages_needed(k) <= free:
+            return k
+        lo, hi = 0, k  # pages_needed(lo) <= free < pages_needed(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if pages_needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _stretch_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        c = np.fromiter((r.num_computed for r in self.running), dtype=np.int64, count=len(self.running))
+        npg = np.fromiter((len(r.pages) for r in self.running), dtype=np.int64, count=len(self.running))
+        return c, npg
+
+    def stretch_features(self, k: int) -> list[BatchFeatures]:
+        """Features of each of the next ``k`` decode-only steps (see ``decode_stretch``)."""
+        c, _ = self._stretch_arrays()
+        b = len(c)
+        total = int(c.sum())
+        top = int(c.max())
+        padded = padded_batch_size(b, self.config.max_graph_bs)
+        return [
+            BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                          decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
+                          padded_decodes=padded, max_ctx=top + j)
+            for j in range(1, k + 1)
+        ]
+
+    def advance_decodes(self, starts: np.ndarray, durations: np.ndarray,
+                        cpu_s: float | np.ndarray = 0.0, replica: int = 0) -> list[StepRecord]:
+        """Apply ``len(starts)`` decode steps at once, exactly as that many schedule()/complete()
+        pairs would (token values from ``output_hint``, else 0; each token stamped at its step's
+        end). Only valid for ``k <= decode_stretch(...)``."""
+        k = len(starts)
+        if k == 0:
+            return []
+        starts = np.asarray(starts, dtype=np.float64)
+        ends = starts + np.asarray(durations, dtype=np.float64)
+        cpu = np.broadcast_to(np.asarray(cpu_s, dtype=np.float64), (k,))
+        feats = self.stretch_features(k)
+        running = self.running
+        ps = self.config.page_size
+        # page allocations in the order step-by-step would make them: by step, then running order
+        events: list[tuple[int, int]] = []
+        for idx, r in enumerate(running):
+            have = len(r.pages)
+            c = r.num_computed
+            for j in range(1, k + 1):
+                need = -(-(c + j) // ps)
+                if need > have:
+                    events.append((j, idx))
+                    have = need
+        events.sort()
+        new_pages = self.allocator.alloc(len(events))
+        per_step = np.zeros(k + 1, dtype=np.int64)
+        for (j, idx), page in zip(events, new_pages):
+            running[idx].pages.append(page)
+            per_step[j] += 1
+        free0 = self.allocator.free_count + len(events)
+        cached = self.cache.num_pages
+        total = self.config.num_pages
+        on_compute = self.policy.on_compute
+        for r in running:
+            first = r.num_tokens - r.prompt_len
+            hint = r.output_hint
+            if hint is not None and first + k <= len(hint):
+                vals: np.ndarray | int = hint[first : first + k]
+            elif hint is not None:
+                vals = np.array([int(hint[p]) if p < len(hint) else 0 for p in range(first, first + k)],
+                                dtype=np.int32)
+            else:
+                vals = 0
+            r.append_tokens(vals, k)
+            r.set_times(first, ends)
+            r.num_computed += k
+            for _ in range(k):
+                on_compute(r, 0, 1)
+        records: list[StepRecord] = []
+        nw = len(self.waiting)
+        b = len(running)
+        used_free = free0
+        for j in range(1, k + 1):
+            used_free -= int(per_step[j])
+            self._step += 1
+            records.append(StepRecord(self._step, float(starts[j - 1]), float(ends[j - 1] - starts[j - 1]),
+                                      feats[j - 1], nw, b, used_free, total - used_free - cached,
+                                      cached, 0, float(cpu[j - 1]), replica))
+        return records
+
+    # ---- checks ----------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any page is lost, shared or leaked, or a lock is broken."""
+        ps = self.config.page_size
+        free = self.allocator.free_pages()
+        cached = self.cache.all_pages()
+        private: list[int] = []
+        for r in self._live.values():
+            private.extend(r.pages[r.num_cache_pages:])
+            if r.num_cache_pages:
+                assert self.cache.is_locked(r.cache_node), f"{r}: cached prefix not locked"
+                assert self.cache.path_pages(r.cache_node) == r.pages[: r.num_cache_pages], \
+                    f"{r}: cached prefix pages differ from the tree"
+            if r.state is _RUNNING:
+                assert len(r.pages) * ps >= r.num_computed, f"{r}: pages do not cover its KV"
+            if r.state is _WAITING:
+                assert not r.pages and r.cache_node is None, f"{r}: waiting but holds pages"
+            if r.done:
+                assert r.inflight > 0, f"{r}: ended and idle but still live"
+        every = free + cached + private
+        assert len(every) == self.config.num_pages, \
+            f"pages: {len(free)} free + {len(cached)} cached + {len(private)} used != {self.config.num_pages}"
+        assert len(set(every)) == len(every), "a page is owned twice"
+        f, u, c = self.page_counts()
+        assert (f, u, c) == (len(free), len(private), len(cached)), "page counters drifted"
+        check = getattr(self.cache, "check", None)
+        if check is not None:
+            check()

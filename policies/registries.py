@@ -1,0 +1,9 @@
+"""The three policy registries; Hydra picks entries by name (``scheduler=lpm cache=radix``)."""
+
+from __future__ import annotations
+
+from twinserve.core.registry import Registry
+
+SCHEDULING: Registry = Registry("scheduling policy")
+MEMORY: Registry = Registry("memory policy")
+CACHE: Registry = Registry("prefix cache")
