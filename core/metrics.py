@@ -35,18 +35,20 @@ def _f(x: float | None) -> float:
 
 def requests_frame(reqs: Iterable[Req], replica: int = 0) -> pd.DataFrame:
     """One row per request with exactly `COLUMNS`. Times are absolute seconds on the backend's
-    clock (NaN where an event did not happen); ``token_times`` holds a float64 array of each
-    output token's time (written as a list column to parquet); an aborted request's
-    ``finish_reason`` is ``"abort"``."""
+    clock (NaN where an event did not happen); ``output_tokens`` counts outputs whose values have
+    arrived (a request still running under overlap scheduling may have placeholders in flight:
+    ``req.pending``); ``token_times`` holds a float64 array of those outputs' times (a list
+    column in parquet); an aborted request's ``finish_reason`` is ``"abort"``."""
     rows = []
     for r in reqs:
         reason = r.finish_reason
         if reason is None and r.state is ReqState.ABORTED:
             reason = "abort"
+        known = r.num_output - r.pending        # placeholders still in flight have no value/time
         rows.append((r.rid, replica, r.tenant, r.priority, r.arrival, _f(r.t_scheduled),
-                     _f(r.t_first_token), _f(r.t_finish), r.prompt_len, r.num_output,
+                     _f(r.t_first_token), _f(r.t_finish), r.prompt_len, known,
                      r.max_cached, r.num_preemptions, reason,
-                     np.array(r.token_times, dtype=np.float64)))
+                     np.array(r.token_times[:known], dtype=np.float64)))
     cols = list(zip(*rows)) if rows else [()] * len(COLUMNS)
     data: dict[str, Any] = {}
     for name, col in zip(COLUMNS, cols):
@@ -64,20 +66,23 @@ def _pword(p: float) -> str:
 
 
 def _stats(name: str, values_s: np.ndarray, percentiles: Sequence[float]) -> dict[str, float]:
-    v = np.asarray(values_s, dtype=np.float64) * 1000.0
+    """mean, median, std (population, as numpy and vLLM) and percentiles, in ms. ``values_s`` is
+    a temporary owned by the caller: it is reordered in place (no copy of large ITL arrays)."""
+    v = np.asarray(values_s, dtype=np.float64)
     out: dict[str, float] = {}
     if v.size == 0:
         out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = _NAN
         for p in percentiles:
             out[f"p{_pword(p)}_{name}_ms"] = _NAN
         return out
-    qs = np.percentile(v, [50.0, *percentiles])
-    out[f"mean_{name}_ms"] = float(v.mean())
+    out[f"mean_{name}_ms"] = float(v.mean()) * 1000.0
+    out[f"std_{name}_ms"] = float(v.std()) * 1000.0
+    qs = np.percentile(v, [50.0, *percentiles], overwrite_input=True) * 1000.0
     out[f"median_{name}_ms"] = float(qs[0])
-    out[f"std_{name}_ms"] = float(v.std())
     for p, q in zip(percentiles, qs[1:]):
         out[f"p{_pword(p)}_{name}_ms"] = float(q)
-    return out
+    return {k: out[k] for k in (f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms",
+                                *(f"p{_pword(p)}_{name}_ms" for p in percentiles))}
 
 
 def inter_token_latencies(token_times: Sequence[np.ndarray]) -> np.ndarray:
@@ -89,12 +94,11 @@ def inter_token_latencies(token_times: Sequence[np.ndarray]) -> np.ndarray:
     flat = np.concatenate(arrays)
     if flat.size < 2:
         return np.empty(0)
-    gaps = np.diff(flat)
-    starts = np.cumsum(lens) - lens
-    cross = starts[(starts > 0) & (starts < flat.size)] - 1
-    keep = np.ones(gaps.size, dtype=bool)
-    keep[cross] = False
-    return gaps[keep]
+    np.subtract(flat[1:], flat[:-1], out=flat[:-1])      # flat[j] = gap after token j
+    ends = np.cumsum(lens) - 1                             # last token of each request
+    keep = np.ones(flat.size, dtype=bool)
+    keep[ends[lens > 0]] = False                           # its "gap" crosses requests
+    return flat[keep]
 
 
 def summarize(df: pd.DataFrame, duration_s: float | None = None, slo_ttft_ms: float | None = None,

@@ -137,6 +137,15 @@ class Req:
             self._times = tb
         return first
 
+    def append_placeholder(self) -> int:
+        """Append one output whose value is not known yet; returns its output index."""
+        n = self.num_tokens
+        if n < self.tokens.size and n - self.prompt_len < self._times.size:
+            self.tokens[n] = PLACEHOLDER
+            self.num_tokens = n + 1
+            return n - self.prompt_len
+        return self.append_tokens(PLACEHOLDER)
+
     def set_output(self, index: int, value: int, when: float) -> None:
         self.tokens[self.prompt_len + index] = value
         self._times[index] = when

@@ -149,7 +149,7 @@ class Scheduler:
 
     def _launch(self, entries: list[tuple[Req, int, bool]]) -> Batch:
         self._step += 1
-        on_compute = self.policy.on_compute
+        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
         starts: list[int] = []
         news: list[int] = []
         emits: list[bool] = []
@@ -163,14 +163,16 @@ class Scheduler:
             r.num_computed = s + n
             r.inflight += 1
             if s + n == r.num_tokens:
-                out_pos.append(r.append_tokens(PLACEHOLDER))
+                out_pos.append(r.append_placeholder())
                 r.pending += 1
                 emits.append(True)
-                on_compute(r, 0 if dec else n, 1)
+                if on_compute is not None:
+                    on_compute(r, 0 if dec else n, 1)
             else:
                 out_pos.append(-1)
                 emits.append(False)
-                on_compute(r, n, 0)
+                if on_compute is not None:
+                    on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs)
@@ -178,6 +180,7 @@ class Scheduler:
     def _serve_running(self, now: float, entries: list[tuple[Req, int, bool]], budget: int,
                        preempted: set[int], decodes: bool, prefills: bool) -> int:
         cfg = self.config
+        ps = cfg.page_size
         running = self.running
         i = 0
         while i < len(running) and budget > 0:
@@ -199,7 +202,7 @@ class Scheduler:
             else:
                 i += 1
                 continue
-            if not self._grow(r, r.num_computed + n):
+            if -(-(r.num_computed + n) // ps) > len(r.pages) and not self._grow(r, r.num_computed + n):
                 victim_is_self = False
                 while True:
                     if not self.memory.preempts:
@@ -279,25 +282,29 @@ class Scheduler:
             raise ValueError(f"complete: {len(tokens)} tokens for a batch of {len(batch.reqs)}")
         self._inflight -= 1
         eos = self.eos
+        toks = tokens.tolist() if isinstance(tokens, np.ndarray) else tokens
         ended: list[Req] = []
         emits = batch.emits
+        is_decode = batch.is_decode
+        out_pos = batch.out_pos
+        live = self._live
         for i, r in enumerate(batch.reqs):
             r.inflight -= 1
             if emits[i]:
                 r.pending -= 1
-                pos = batch.out_pos[i]
-                if not r.done and pos < r.num_tokens - r.prompt_len:
-                    tok = int(tokens[i])
+                pos = out_pos[i]
+                if (r.state is _RUNNING or r.state is _WAITING) and pos < r.num_tokens - r.prompt_len:
+                    tok = int(toks[i])
                     r.set_output(pos, tok, now)
                     p = r.params
                     if pos + 1 >= p.max_tokens:
                         self._finish(r, "length", pos + 1, now)
                     elif (tok in eos and not p.ignore_eos) or tok in p.stop_token_ids:
                         self._finish(r, "stop", pos + 1, now)
-            if not batch.is_decode[i] and r.state is _RUNNING:
+            if not is_decode[i] and r.state is _RUNNING:
                 # a prefill chunk's full pages become shareable as soon as their KV exists
                 self._cache_prefix(r, batch.starts[i] + batch.new_tokens[i])
-            if r.done and r.inflight == 0 and r.rid in self._live:
+            if r.inflight == 0 and r.state is not _RUNNING and r.state is not _WAITING and r.rid in live:
                 self._release(r, insert=r.state is _FINISHED)
                 ended.append(r)
         return ended
@@ -507,7 +514,7 @@ class Scheduler:
         free0 = self.allocator.free_count + len(events)
         cached = self.cache.num_pages
         total = self.config.num_pages
-        on_compute = self.policy.on_compute
+        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
         for r in running:
             first = r.num_tokens - r.prompt_len
             hint = r.output_hint
@@ -521,8 +528,9 @@ class Scheduler:
             r.append_tokens(vals, k)
             r.set_times(first, ends)
             r.num_computed += k
-            for _ in range(k):
-                on_compute(r, 0, 1)
+            if on_compute is not None:
+                for _ in range(k):
+                    on_compute(r, 0, 1)
         records: list[StepRecord] = []
         nw = len(self.waiting)
         b = len(running)

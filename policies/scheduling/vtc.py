@@ -22,6 +22,7 @@ class VirtualTokenCounter(SchedulingPolicy):
     """
 
     name = "vtc"
+    tracks_compute = True
 
     def __init__(self, input_weight: float = 1.0, output_weight: float = 2.0) -> None:
         self.input_weight = input_weight
