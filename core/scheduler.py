@@ -197,8 +197,8 @@ class Scheduler:
                 n = 1
             elif cfg.chunked_prefill:
                 n = min(rem, cfg.chunk_size, budget)
-            elif rem <= budget:
-                n = rem
+            elif rem <= budget or not entries:
+                n = rem  # a recomputation may outgrow the budget: then it runs alone
             else:
                 i += 1
                 continue
@@ -243,15 +243,16 @@ class Scheduler:
             rem = total - start
             if cfg.chunked_prefill:
                 n = min(rem, cfg.chunk_size, budget)
-            elif rem <= budget:
-                n = rem
+            elif rem <= budget or not entries:
+                n = rem  # a recomputation may outgrow the budget: then it runs alone
             else:
                 break
             need = self.memory.admission_pages(r, start, n, ps) - len(m.pages)
             if m.node is not None:
                 cache.lock(m.node)
             avail = alloc.free_count + cache.evictable_pages
-            if need > avail or not self.memory.can_admit(need, avail, alloc.num_pages):
+            # with nothing running there is nothing to keep headroom for: the watermark is waived
+            if need > avail or (self.running and not self.memory.can_admit(need, avail, alloc.num_pages)):
                 if m.node is not None:
                     cache.unlock(m.node)
                 break

@@ -190,3 +190,22 @@ def test_features_follow_the_batch() -> None:
     rec = s.record(b, 1.0, 0.5)
     assert rec.as_row()["new_tokens"] == 6 and rec.used_pages == 4
     np.testing.assert_array_equal(b.reqs[0].output_ids, [7, -1])
+
+
+def test_watermark_is_waived_when_nothing_runs() -> None:
+    from twinserve.core.config import SchedulerConfig
+    from twinserve.policies import build_scheduler
+
+    s = build_scheduler(SchedulerConfig(num_pages=6, page_size=4, max_model_len=64), "fcfs", "on_demand",
+                        "none", memory_kwargs={"watermark": 0.5})
+    s.add(make_req(0, 21, max_tokens=2))  # 6 of 6 pages: above any watermark, but alone it fits
+    assert drain(s)[0].num_output == 2
+
+
+def test_recompute_longer_than_the_budget_runs_alone_without_chunking() -> None:
+    s = make_sched(num_pages=8, page_size=4, max_num_batched_tokens=12, chunked_prefill=False, cache="none")
+    a, b = make_req(0, 12, max_tokens=12, arrival=0), make_req(1, 4, max_tokens=12, arrival=1)
+    s.add(a)
+    s.add(b)
+    ended = drain(s)
+    assert sorted(r.rid for r in ended) == [0, 1] and b.num_preemptions >= 1

@@ -102,7 +102,7 @@ def test_random_operation_sequences_keep_invariants(cfg, operations, rnd) -> Non
         if inflight:
             complete_one()
         s.check_invariants()
-    assert not s.has_work
+    assert not s.has_work, (cfg, [(r, r.pending, r.inflight, r.num_preemptions) for r in s.running + s.waiting], inflight)
     free, used, cached = s.page_counts()
     assert used == 0 and free + cached == pages
     for r in reqs:
