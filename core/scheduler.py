@@ -32,7 +32,7 @@ class Scheduler:
     (``mixed=False``) a step holds only prefill work when there is any, else only decodes.
     When a running request needs a page and none is free (even after evicting unlocked cached
     prefixes), a victim chosen by the scheduling policy among the running requests not yet served
-    in this step is preempted by recompute: its computed full pages go to the prefix cache, the
+    in this step (the needy request included) is preempted by recompute: its computed full pages go to the prefix cache, the
     rest are freed, and it waits again (it is not re-admitted in the same step).
 
     Invariants (``check_invariants``): every page is exactly one of free, owned by a live request,
@@ -203,17 +203,21 @@ class Scheduler:
                 i += 1
                 continue
             if -(-(r.num_computed + n) // ps) > len(r.pages) and not self._grow(r, r.num_computed + n):
+                if not self.memory.preempts:
+                    raise RuntimeError("out of KV pages under a reserving memory policy")
+                served = {id(e[0]) for e in entries}
                 victim_is_self = False
                 while True:
-                    if not self.memory.preempts:
-                        raise RuntimeError("out of KV pages under a reserving memory policy")
-                    cands = running[i + 1:]
-                    v = self.policy.victim(cands, now) if cands else r
+                    # any running request not served in this step may be the victim, r included
+                    v = self.policy.victim([x for x in running if id(x) not in served], now)
+                    vi = running.index(v)
                     self._preempt(v)
                     preempted.add(v.rid)
                     if v is r:
                         victim_is_self = True
                         break
+                    if vi < i:
+                        i -= 1
                     if self._grow(r, r.num_computed + n):
                         break
                 if victim_is_self:

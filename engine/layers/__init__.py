@@ -1,1 +1,1 @@
-
+"""Building blocks of the models; every sharded layer takes a `TPGroup` (tensor-parallel seam)."""

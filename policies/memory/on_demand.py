@@ -9,8 +9,11 @@ from twinserve.policies.registries import MEMORY
 
 @MEMORY.register("on_demand")
 class OnDemandMemory(MemoryPolicy):
-    """Admits when, after the first chunk's pages, at least ``watermark`` × total pages stay available.
+    """Admits when, after the pages of the whole prompt, ``watermark`` × total pages stay available.
 
+    Pages for the entire prompt (or, after a preemption, prompt + outputs) are taken at admission
+    even when it is prefilled in chunks, so an admitted prefill always completes and only decodes
+    grow page by page; this rules out two half-prefilled requests preempting each other forever.
     The watermark leaves room for running decodes to grow, which keeps preemptions rare.
     """
 
@@ -23,7 +26,7 @@ class OnDemandMemory(MemoryPolicy):
         self.watermark = watermark
 
     def admission_pages(self, req: Req, start: int, chunk: int, page_size: int) -> int:
-        return pages_for(start + chunk, page_size)
+        return pages_for(req.num_tokens, page_size)
 
     def can_admit(self, new_pages: int, available: int, total: int) -> bool:
         return available - new_pages >= self.watermark * total

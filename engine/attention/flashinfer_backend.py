@@ -1,0 +1,98 @@
+"""FlashInfer paged attention: prefill/mixed and decode wrappers, plus CUDA-graph decode wrappers.
+
+flashinfer is imported here only, lazily (when the backend is built).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from twinserve.engine.attention.base import AttentionInputs, AttentionSpec
+
+_WORKSPACE_BYTES = 256 * 1024 * 1024
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
+
+
+class FlashInferAttention:
+    """FlashInfer 0.6.8 over the pool's NHD ``(k, v)`` pages.
+
+    - mixed or prefill steps: ``BatchPrefillWithPagedKVCacheWrapper`` (causal, fa2 kernels);
+    - decode-only steps: ``BatchDecodeWithPagedKVCacheWrapper`` (tensor-core variant when the
+      GQA group is >= 4 or when asked);
+    - CUDA graphs: one ``use_cuda_graph=True`` decode wrapper per captured batch size, all
+      sharing fixed indptr/indices/last-page buffers; ``plan_graph`` is called before each
+      replay (plans cannot be captured) and the captured ``run`` reads the refreshed buffers.
+
+    Contract of ``AttentionBackend``; ``plan``/``plan_graph`` take host arrays and copy them to
+    the device on the current stream, so they are ordered after any step already enqueued.
+    """
+
+    name = "flashinfer"
+    supports_cuda_graphs = True
+
+    def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None) -> None:
+        import flashinfer
+
+        self._fi = flashinfer
+        self.spec = spec
+        self.pool = spec.pool
+        dev = self.pool.device
+        if decode_tensor_cores is None:
+            decode_tensor_cores = spec.num_heads // spec.num_kv_heads >= 4
+        self.tensor_cores = decode_tensor_cores
+        self.workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
+        self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_tensor_cores=decode_tensor_cores)
+        self._graph: dict[int, object] = {}
+        self._active: object | None = None
+        self._kv = [(self.pool.k(i), self.pool.v(i)) for i in range(self.pool.geom.num_layers)]
+
+    # ---- planning ------------------------------------------------------------------------
+    def _common(self) -> dict:
+        s = self.spec
+        return dict(num_qo_heads=s.num_heads, num_kv_heads=s.num_kv_heads, page_size=self.pool.page_size,
+                    q_data_type=s.dtype, kv_data_type=self.pool.geom.dtype)
+
+    def plan(self, inputs: AttentionInputs) -> None:
+        c = self._common()
+        indptr, indices, last = _t(inputs.page_indptr), _t(inputs.page_indices), _t(inputs.last_page_len)
+        if inputs.decode_only:
+            self.decode.plan(indptr, indices, last, head_dim=self.spec.head_dim, **c)
+            self._active = self.decode
+        else:
+            qo_indptr = _t(np.concatenate([[0], np.cumsum(inputs.qo_lens)]))
+            self.prefill.plan(qo_indptr, indptr, indices, last, head_dim_qk=self.spec.head_dim,
+                              causal=True, **c)
+            self._active = self.prefill
+
+    def init_graphs(self, batch_sizes: list[int]) -> None:
+        """Create one CUDA-graph decode wrapper per batch size (shared index buffers)."""
+        dev = self.pool.device
+        max_bs = max(batch_sizes)
+        self._indptr_buf = torch.zeros(max_bs + 1, dtype=torch.int32, device=dev)
+        self._last_buf = torch.zeros(max_bs, dtype=torch.int32, device=dev)
+        self._indices_buf = torch.zeros(max_bs * self.spec.max_pages_per_seq, dtype=torch.int32, device=dev)
+        for bs in batch_sizes:
+            self._graph[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
+                paged_kv_indptr_buffer=self._indptr_buf[: bs + 1],
+                paged_kv_indices_buffer=self._indices_buf,
+                paged_kv_last_page_len_buffer=self._last_buf[:bs])
+
+    def plan_graph(self, bs: int, inputs: AttentionInputs) -> None:
+        """Plan the decode wrapper of graph size ``bs``; ``inputs`` already padded to ``bs`` rows."""
+        w = self._graph[bs]
+        w.plan(_t(inputs.page_indptr), _t(inputs.page_indices), _t(inputs.last_page_len),
+               head_dim=self.spec.head_dim, **self._common())
+        self._active = w
+
+    # ---- running -------------------------------------------------------------------------
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                slots: torch.Tensor) -> torch.Tensor:
+        self.pool.write(layer, slots, k, v)
+        return self._active.run(q.contiguous(), self._kv[layer])  # type: ignore[union-attr]

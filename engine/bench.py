@@ -1,0 +1,181 @@
+"""Offline throughput and decode-step benchmarks: ``python -m twinserve.engine.bench``.
+
+Throughput (mini-sglang's offline recipe): 256 requests, prompt and output lengths uniform in
+[100, 1024] (numpy seed 0), prompt ids uniform in [0, 10000), ignore_eos; one warm-up run, then
+timed runs; prints output tokens/s. ``--no-overlap`` / ``--no-cuda-graphs`` switch those off;
+``--variants`` adds, on the same engine, a run without overlap and one without graph replay.
+
+Decode micro-benchmark (``--decode``): batches of 1, 64 and 256 requests at context 1024, median
+device time of a decode step against the bandwidth bound (weight bytes + KV bytes) / 4.3 TB/s.
+
+Models: ``--model DIR`` (a checkpoint) or ``--shape NAME`` (config only, random "dummy" weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from twinserve.core.request import Req
+from twinserve.core.sampling import SamplingParams
+from twinserve.engine.config import EngineConfig
+from twinserve.engine.engine import Engine
+
+COPY_BW = 4.3e12  # bytes/s, device-to-device copy measured on the H200 host
+
+
+def recipe(n: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0, vocab: int = 10000
+           ) -> tuple[list[np.ndarray], list[int]]:
+    rng = np.random.default_rng(seed)
+    plens = rng.integers(lo, hi + 1, n)
+    olens = rng.integers(lo, hi + 1, n)
+    prompts = [rng.integers(0, vocab, p).astype(np.int32) for p in plens]
+    return prompts, [int(o) for o in olens]
+
+
+def phase_times(recs) -> dict[str, float]:
+    """Device seconds of steps with prefill work vs decode-only steps, and their counts."""
+    pre = [r.duration for r in recs if r.features.prefill_tokens]
+    dec = [r.duration for r in recs if not r.features.prefill_tokens]
+    return {"prefill_steps": len(pre), "prefill_s": float(sum(pre)), "decode_steps": len(dec),
+            "decode_s": float(sum(dec)), "host_cpu_s": float(sum(r.cpu_s for r in recs))}
+
+
+def run_offline(eng: Engine, prompts: list[np.ndarray], olens: list[int], temperature: float,
+                rid0: int) -> tuple[float, int, int]:
+    """Serve all requests as one batch; returns (seconds, output tokens, steps)."""
+    steps0 = len(eng.steps)
+    t = time.perf_counter()
+    for i, (p, o) in enumerate(zip(prompts, olens)):
+        eng.add(Req(rid0 + i, p, SamplingParams(temperature=temperature, max_tokens=o, ignore_eos=True),
+                    arrival=eng.now()))
+    produced = 0
+    while eng.has_work():
+        for out in eng.step():
+            produced += len(out.new_token_ids)
+    return time.perf_counter() - t, produced, len(eng.steps) - steps0
+
+
+def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0: int = 10_000_000
+                 ) -> dict[str, float]:
+    rng = np.random.default_rng(batch)
+    first = len(eng.steps)
+    for i in range(batch):
+        eng.add(Req(rid0 + i, rng.integers(0, min(10000, eng.model_config.vocab_size), ctx - 1).astype(np.int32),
+                    SamplingParams(temperature=0.0, max_tokens=steps + 1, ignore_eos=True)))
+    while eng.has_work():
+        eng.step()
+    recs = [r for r in eng.steps[first:] if r.features.num_decodes == batch and r.features.num_prefills == 0]
+    mc = eng.model_config
+    elem = eng.pool.geom.bytes_per_page // (2 * mc.num_layers * eng.pool.page_size * mc.kv_size)
+    weight_bytes = mc.param_count() * elem
+    mean_ctx = float(np.mean([r.features.decode_ctx / batch for r in recs]))
+    kv_bytes = batch * mean_ctx * 2 * mc.num_layers * mc.kv_size * elem
+    dur = float(np.median([r.duration for r in recs]))
+    bound = (weight_bytes + kv_bytes) / COPY_BW
+    return {"batch": batch, "ctx": mean_ctx, "steps": len(recs), "step_ms": dur * 1e3,
+            "bound_ms": bound * 1e3, "fraction_of_bound": bound / dur,
+            "wall_ms": float(np.median(np.diff([r.start for r in recs]))) * 1e3 if len(recs) > 2 else float("nan")}
+
+
+def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
+    model, load_format = args.model, "safetensors"
+    if model is None:
+        from twinserve.engine.model_maker import make_model
+
+        model = str(make_model(args.shape, tempfile.mkdtemp(prefix="twinserve-bench-"), weights=False))
+        load_format = "dummy"
+    kw: dict[str, Any] = dict(model=model, load_format=load_format, page_size=args.page_size,
+                              cuda_graphs=not args.no_cuda_graphs, overlap=False if args.no_overlap else None,
+                              max_graph_bs=args.max_graph_bs, cache=args.cache,
+                              scheduler={"max_num_batched_tokens": args.max_tokens,
+                                         "chunk_size": args.max_tokens, "max_running": args.max_running})
+    if args.device:
+        kw["device"] = args.device
+    if args.decode_tensor_cores != "auto":
+        kw["decode_tensor_cores"] = args.decode_tensor_cores == "on"
+    kw.update(over)
+    return Engine(EngineConfig(**kw))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="qwen3-0.6b")
+    ap.add_argument("--model", default=None, help="checkpoint dir (default: --shape with dummy weights)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--min-len", type=int, default=100)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--runs", type=int, default=1, help="timed runs after the warm-up")
+    ap.add_argument("--no-overlap", action="store_true")
+    ap.add_argument("--no-cuda-graphs", action="store_true")
+    ap.add_argument("--max-graph-bs", type=int, default=256)
+    ap.add_argument("--max-running", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=16384, help="token budget per step (= chunk size)")
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--cache", default="radix")
+    ap.add_argument("--decode-tensor-cores", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--variants", action="store_true",
+                    help="after the timed runs, one run without overlap and one without CUDA graphs")
+    ap.add_argument("--decode", action="store_true", help="also run the decode micro-benchmark")
+    ap.add_argument("--skip-offline", action="store_true", help="skip the offline throughput runs")
+    ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
+    args = ap.parse_args(argv)
+
+    t = time.perf_counter()
+    eng = build_engine(args)
+    setup = time.perf_counter() - t
+    label = args.model or args.shape
+    results: list[dict[str, Any]] = []
+    if not args.skip_offline:
+        vocab = min(10000, eng.model_config.vocab_size)
+        prompts, olens = recipe(args.num_requests, args.min_len, args.max_len, vocab=vocab)
+        wp, wo = recipe(32, args.min_len, args.max_len, seed=1, vocab=vocab)
+        w_s, w_tok, _ = run_offline(eng, wp, [min(o, 64) for o in wo], args.temperature, 1_000_000)
+        print(f"warm-up: {w_tok} tokens in {w_s:.2f} s (setup {setup:.1f} s)")
+        modes = [(eng.overlap, eng.runner.use_graphs)] * args.runs
+        if args.variants:
+            modes += [(False, eng.runner.use_graphs), (eng.overlap, False)]
+        for k, (ov, gr) in enumerate(modes):
+            eng.set_mode(overlap=ov, cuda_graphs=gr)
+            eng.flush_cache()  # each timed run starts cold (no prefix hits from earlier runs)
+            s, tok, nsteps = run_offline(eng, prompts, olens, args.temperature, 2_000_000 * (k + 1))
+            r = {"model": label, "kind": "offline", "run": k, "seconds": s, "output_tokens": tok,
+                 "output_tok_s": tok / s, "steps": nsteps, "overlap": ov,
+                 "cuda_graphs": gr, "temperature": args.temperature,
+                 "num_pages": eng.sched_config.num_pages, "page_size": args.page_size,
+                 "decode_tensor_cores": getattr(eng.attn, "tensor_cores", None),
+                 "max_tokens": args.max_tokens}
+            r.update(phase_times(eng.steps[-nsteps:]))
+            results.append(r)
+            print(f"offline {label} run {k}: {tok} output tokens in {s:.2f} s = {tok / s:,.0f} tok/s "
+                  f"({nsteps} steps, overlap={r['overlap']}, graphs={r['cuda_graphs']}, page={args.page_size}, "
+                  f"tc={r['decode_tensor_cores']}; device s: prefill {r['prefill_s']:.2f} in "
+                  f"{r['prefill_steps']} steps, decode {r['decode_s']:.2f}; host cpu {r['host_cpu_s']:.2f})")
+    if args.decode:
+        eng.set_mode(overlap=eng.cfg.overlap is not False and eng.device.type == "cuda",
+                     cuda_graphs=eng.runner.graphs is not None)
+        for b in (1, 64, 256):
+            r = decode_bench(eng, b)
+            r.update(model=label, kind="decode", page_size=args.page_size,
+                     decode_tensor_cores=getattr(eng.attn, "tensor_cores", None))
+            results.append(r)
+            print(f"decode {label} page={args.page_size} tc={r['decode_tensor_cores']} batch={b:4d} "
+                  f"ctx~{r['ctx']:.0f}: step {r['step_ms']:.3f} ms, "
+                  f"bound {r['bound_ms']:.3f} ms ({100 * r['fraction_of_bound']:.0f}% of bound), "
+                  f"wall/step {r['wall_ms']:.3f} ms")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    eng.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""`EngineConfig`: everything needed to build an `Engine` (plain data, Hydra-friendly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from twinserve.core.config import SchedulerConfig
+
+# SchedulerConfig fields the engine decides itself (from the pool and the model).
+ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs")
+
+
+@dataclass
+class EngineConfig:
+    """Knobs of one engine instance.
+
+    - ``model``: a directory with config.json (+ safetensors unless ``load_format="dummy"``).
+    - ``device``: "auto" (cuda if available), "cpu" or "cuda[:i]"; ``dtype``: "auto" (the
+      checkpoint's dtype on GPU, float32 on CPU), "bfloat16", "float16" or "float32".
+    - KV pool: ``page_size`` tokens per page; the number of pages is ``num_pages`` if given, else
+      on GPU (free memory after weights − activation reserve) × ``mem_fraction``, on CPU
+      ``cpu_kv_tokens / page_size``.
+    - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size,
+      num_pages and max_graph_bs are overwritten by the engine, max_model_len defaults to the
+      model's. ``scheduling``/``memory``/``cache`` are policy names (+ ``*_kwargs``).
+    - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only).
+    - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
+      CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
+    - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
+      ``kernels``: "auto" (same rule), "torch", "flashinfer" for norm/RoPE/SiLU.
+    - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
+    - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
+      verifies every free (tests).
+    - ``tp_size``: tensor parallelism degree; only 1 is implemented (the layers take a TPGroup).
+    """
+
+    model: str
+    device: str = "auto"
+    dtype: str = "auto"
+    load_format: str = "safetensors"
+    page_size: int = 16
+    mem_fraction: float = 0.9
+    num_pages: int | None = None
+    cpu_kv_tokens: int = 65536
+    max_model_len: int | None = None
+    scheduler: Any = field(default_factory=dict)
+    scheduling: str = "fcfs"
+    memory: str = "on_demand"
+    cache: str = "radix"
+    scheduling_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    memory_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    cache_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    cuda_graphs: bool = True
+    max_graph_bs: int = 256
+    overlap: bool | None = None
+    attention_backend: str = "auto"
+    kernels: str = "auto"
+    decode_tensor_cores: bool | None = None
+    seed: int = 0
+    tp_size: int = 1
+    checked: bool = False
+
+    def scheduler_config(self, num_pages: int, max_model_len: int) -> SchedulerConfig:
+        src = self.scheduler
+        if isinstance(src, SchedulerConfig):
+            values = {f.name: getattr(src, f.name) for f in fields(SchedulerConfig)}
+        else:
+            values = dict(src or {})
+            unknown = set(values) - {f.name for f in fields(SchedulerConfig)}
+            if unknown:
+                raise ValueError(f"unknown scheduler fields: {sorted(unknown)}")
+        values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs)
+        values["max_model_len"] = min(int(values.get("max_model_len", max_model_len)), max_model_len)
+        cfg = SchedulerConfig(**values)
+        cfg.validate()
+        return cfg

@@ -1,0 +1,67 @@
+"""`KVPool`: the preallocated paged KV cache that the memory policy's page ids address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """Shape of the pool: ``num_pages`` usable pages of ``page_size`` token slots per layer."""
+
+    num_layers: int
+    num_pages: int
+    page_size: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_page(self) -> int:
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.page_size * self.num_kv_heads * self.head_dim * elem
+
+
+class KVPool:
+    """One tensor ``[num_layers, 2, num_pages + 1, page_size, num_kv_heads, head_dim]``.
+
+    Per layer, ``k(layer)`` and ``v(layer)`` are contiguous ``[pages, page_size, heads, dim]``
+    tensors: FlashInfer's "NHD" paged layout, passed as a ``(k, v)`` tuple. Page ``p`` in
+    ``[0, num_pages)`` is the memory policy's page id ``p``; token position ``t`` of a request
+    lives in page ``pages[t // page_size]`` at slot ``t % page_size``, i.e. flat slot
+    ``page * page_size + t % page_size``. The extra last page (``scratch_page``) is never handed out:
+    padded CUDA-graph rows write and read there.
+    """
+
+    def __init__(self, geom: KVGeometry, device: torch.device | str) -> None:
+        self.geom = geom
+        self.device = torch.device(device)
+        self.scratch_page = geom.num_pages
+        self.buffer = torch.zeros(
+            (geom.num_layers, 2, geom.num_pages + 1, geom.page_size, geom.num_kv_heads, geom.head_dim),
+            dtype=geom.dtype, device=self.device)
+        slots = (geom.num_pages + 1) * geom.page_size
+        self._k_flat = [self.buffer[i, 0].view(slots, geom.num_kv_heads, geom.head_dim)
+                        for i in range(geom.num_layers)]
+        self._v_flat = [self.buffer[i, 1].view(slots, geom.num_kv_heads, geom.head_dim)
+                        for i in range(geom.num_layers)]
+
+    @property
+    def page_size(self) -> int:
+        return self.geom.page_size
+
+    def k(self, layer: int) -> torch.Tensor:
+        return self.buffer[layer, 0]
+
+    def v(self, layer: int) -> torch.Tensor:
+        return self.buffer[layer, 1]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store new keys/values ``[T, heads, dim]`` at flat ``slots`` [T] (int64, on device)."""
+        self._k_flat[layer].index_copy_(0, slots, k.to(self.geom.dtype))
+        self._v_flat[layer].index_copy_(0, slots, v.to(self.geom.dtype))
+
+    def nbytes(self) -> int:
+        return self.buffer.numel() * self.buffer.element_size()

@@ -1,0 +1,85 @@
+"""Element-wise kernels the layers call (RMSNorm, SiLU-and-mul, RoPE), behind one interface.
+
+``TorchKernels`` runs anywhere; ``FlashInferKernels`` (engine/layers/flashinfer_kernels.py) fuses
+them on CUDA. A model receives one kernels object at construction; layers never choose.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from twinserve.core.registry import Registry
+
+
+class Kernels(Protocol):
+    """Contract: results equal the plain-torch formulas below up to floating-point rounding.
+
+    ``add_rms_norm`` returns ``(rms_norm(x + residual), x + residual)`` and may reuse the input
+    buffers. ``rope`` rotates ``q`` [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
+    half of each head) at ``positions`` using ``cos_sin`` [max_pos, D] (float32; cos in the first
+    half, sin in the second) and returns the rotated pair, possibly in place.
+    """
+
+    name: str
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
+             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+KERNELS: Registry[Kernels] = Registry("kernels")
+
+
+@KERNELS.register("torch")
+class TorchKernels:
+    """Reference kernels in plain torch; match transformers' formulas (float32 inside)."""
+
+    name = "torch"
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        s = x + residual
+        return self.rms_norm(s, weight, eps), s
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+
+    def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
+             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cs = cos_sin.index_select(0, positions)
+        half = cs.shape[-1] // 2
+        cos = torch.cat([cs[:, :half], cs[:, :half]], dim=-1).unsqueeze(1).to(q.dtype)
+        sin = torch.cat([cs[:, half:], cs[:, half:]], dim=-1).unsqueeze(1).to(q.dtype)
+        return self._rotate(q, cos, sin, head_dim), self._rotate(k, cos, sin, head_dim)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+        t = x.shape[0]
+        xh = x.view(t, -1, head_dim)
+        x1, x2 = xh[..., : head_dim // 2], xh[..., head_dim // 2:]
+        rot = torch.cat([-x2, x1], dim=-1)
+        return (xh * cos + rot * sin).reshape(t, -1)
+
+
+KERNELS.register("flashinfer")(lambda: _flashinfer_kernels())
+
+
+def _flashinfer_kernels() -> Kernels:
+    from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
+
+    return FlashInferKernels()

@@ -1,0 +1,22 @@
+"""`StepOutput`: what one engine step tells its caller about one request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """New output tokens of one request since its previous StepOutput.
+
+    ``finished`` is true exactly once per request, on its last StepOutput, with
+    ``finish_reason`` "stop" | "length" | "abort". ``prompt_tokens`` and ``cached_tokens``
+    (prefix-cache hits at its latest admission) are repeated on every output.
+    """
+
+    rid: int
+    new_token_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0

@@ -1,0 +1,63 @@
+"""Open-loop, in-process replay of a `Workload` on an `Engine` (the Hydra ``backend=engine``)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from twinserve.core.records import StepRecord
+from twinserve.core.request import Req
+from twinserve.core.sampling import SamplingParams
+from twinserve.engine.config import EngineConfig
+from twinserve.engine.engine import Engine
+
+
+def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
+                    engine: Engine | None = None) -> tuple[list[Req], list[StepRecord]]:
+    """Serve ``workload`` at its arrival times; return the requests (with their timestamps) and
+    the step records, all on the trace's clock (0 = the replay's start).
+
+    Open loop: before each step every request whose arrival time has passed is added; one that
+    arrives while a step runs waits for the next schedule. Prompts are
+    ``workload.prompt_tokens(spec) % vocab_size``; sampling is greedy with
+    ``max_tokens=spec.output_len`` and ``ignore_eos=True``. Requests the scheduler rejects (too
+    long for the model or the pool) are skipped with a warning.
+    """
+    eng = engine or Engine(engine_cfg)
+    vocab = eng.model_config.vocab_size
+    specs = list(workload)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(specs), desc="replay", unit="req")
+    reqs: list[Req] = []
+    skipped = 0
+    i = 0
+    eng.reset_clock()
+    while i < len(specs) or eng.has_work():
+        now = eng.now()
+        while i < len(specs) and specs[i].arrival <= now:
+            s = specs[i]
+            i += 1
+            req = Req(s.rid, workload.prompt_tokens(s) % vocab,
+                      SamplingParams(temperature=0.0, max_tokens=s.output_len, ignore_eos=True),
+                      arrival=s.arrival, priority=s.priority, tenant=s.tenant)
+            try:
+                eng.add(req)
+            except ValueError as e:
+                skipped += 1
+                warnings.warn(f"replay: skipping request {s.rid}: {e}", stacklevel=2)
+                continue
+            reqs.append(req)
+        if eng.has_work():
+            for out in eng.step():
+                if out.finished and bar is not None:
+                    bar.update(1)
+        elif i < len(specs):
+            time.sleep(max(0.0, specs[i].arrival - eng.now()))
+    if bar is not None:
+        bar.close()
+    if skipped:
+        warnings.warn(f"replay: {skipped} of {len(specs)} requests were rejected", stacklevel=2)
+    return reqs, list(eng.steps)

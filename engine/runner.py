@@ -1,0 +1,132 @@
+"""`ModelRunner`: turns a scheduled `Batch` into sampled tokens on the device (one step)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from twinserve.core.batch import Batch, padded_batch_size
+from twinserve.engine.cuda_graph import CudaGraphRunner
+from twinserve.engine.kv_pool import KVPool
+from twinserve.engine.models.decoder import CausalLM, ForwardContext
+from twinserve.engine.sampler import Sampler
+from twinserve.engine.step_inputs import StepInputs, build_step_inputs
+
+
+@dataclass
+class InFlight:
+    """A launched step whose tokens may not have reached the host yet."""
+
+    batch: Batch
+    inputs: StepInputs
+    tokens_host: torch.Tensor | None
+    start: float
+    launch_s: float
+    used_graph: bool
+    start_evt: object = None
+    end_evt: object = None
+    t_begin: float = 0.0
+
+
+class ModelRunner:
+    """Runs one step: host inputs → (graph or eager) forward → sampler → async copy to host.
+
+    Contract: ``launch(batch)`` enqueues the step and returns at once on CUDA (synchronously on
+    CPU); ``finish(inflight)`` waits for it and returns ``(tokens, duration_s)`` where
+    ``tokens[i]`` is the sampled token of ``batch.reqs[i]`` (-1 where the row does not emit) and
+    the duration is device time between CUDA events (perf_counter on CPU). Placeholder input
+    tokens are filled on the device from the previous launched step's samples, so at most one
+    step may be outstanding when the next is launched (overlap scheduling).
+    """
+
+    def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
+                 max_graph_bs: int) -> None:
+        self.model = model
+        self.pool = pool
+        self.attn = attn
+        self.sampler = sampler
+        self.device = pool.device
+        self.cuda = self.device.type == "cuda"
+        self.max_graph_bs = max_graph_bs
+        self.graphs: CudaGraphRunner | None = None
+        self.use_graphs = use_graphs  # may be switched off later (benchmarks); graphs stay captured
+        if use_graphs:
+            if not (self.cuda and attn.supports_cuda_graphs):
+                raise ValueError(f"CUDA graphs need a CUDA device and a graph-capable attention backend "
+                                 f"(got {self.device.type}, {attn.name})")
+            self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs)
+        self._prev_tokens: torch.Tensor | None = None
+        self._prev_rows: dict[int, int] = {}
+        self._plan_evt = None
+
+    def _graph_size(self, batch: Batch) -> int:
+        if not self.use_graphs or self.graphs is None or not batch.decode_only or len(batch) > self.graphs.max_bs:
+            return 0
+        return padded_batch_size(len(batch), self.max_graph_bs)
+
+    @torch.inference_mode()
+    def launch(self, batch: Batch, start: float) -> InFlight:
+        t0 = time.perf_counter()
+        bs = self._graph_size(batch)
+        inp = build_step_inputs(batch, self.pool.page_size, self.pool.scratch_page, self._prev_rows, pad_to=bs)
+        fl = InFlight(batch=batch, inputs=inp, tokens_host=None, start=start, launch_s=0.0, used_graph=bs > 0)
+        waited = 0.0
+        if self.cuda:
+            if self._plan_evt is not None:  # the previous plan's host→device copies have executed
+                tw = time.perf_counter()
+                self._plan_evt.synchronize()
+                waited = time.perf_counter() - tw
+            fl.start_evt = torch.cuda.Event(enable_timing=True)
+            fl.end_evt = torch.cuda.Event(enable_timing=True)
+            fl.start_evt.record()
+        else:
+            fl.t_begin = time.perf_counter()
+            fl.launch_s = fl.t_begin - t0  # host preparation only; the forward is device time
+        dev_packed = inp.packed.to(self.device, non_blocking=True)
+        v = inp.views(dev_packed)
+        if inp.num_ph:
+            v["ids"][v["ph_idx"]] = self._prev_tokens[v["ph_src"]]
+        if bs:
+            self.graphs.load(bs, dev_packed, inp.attn)
+        else:
+            self.attn.plan(inp.attn)
+        if self.cuda:
+            self._plan_evt = torch.cuda.Event()
+            self._plan_evt.record()
+        if bs:
+            logits = self.graphs.replay(bs)[: len(batch)]
+            if inp.num_emit != len(batch):
+                logits = logits[torch.from_numpy(inp.emit_rows).to(self.device)]
+        else:
+            ctx = ForwardContext(positions=v["positions"], slots=v["slots"], attn=self.attn)
+            hidden = self.model(v["ids"], ctx)
+            logits = self.model.compute_logits(hidden[v["logits_idx"]]) if inp.num_emit else None
+        if inp.num_emit:
+            tokens = self.sampler.sample(logits, inp.sampling)
+            self._prev_tokens = tokens
+            self._prev_rows = {batch.reqs[r].rid: j for j, r in enumerate(inp.emit_rows.tolist())}
+            if self.cuda:
+                host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+                fl.tokens_host = host.copy_(tokens, non_blocking=True)
+            else:
+                fl.tokens_host = tokens
+        else:
+            self._prev_tokens, self._prev_rows = None, {}
+        if self.cuda:
+            fl.end_evt.record()
+            fl.launch_s = time.perf_counter() - t0 - waited  # host work only, not device waits
+        return fl
+
+    def finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
+        if self.cuda:
+            fl.end_evt.synchronize()
+            duration = fl.start_evt.elapsed_time(fl.end_evt) / 1e3
+        else:
+            duration = time.perf_counter() - fl.t_begin
+        out = np.full(len(fl.batch), -1, dtype=np.int64)
+        if fl.tokens_host is not None:
+            out[fl.inputs.emit_rows] = fl.tokens_host.numpy()
+        return out, duration

@@ -1,0 +1,120 @@
+"""Batched token sampling: greedy, temperature, top-k, top-p, per-request seeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from twinserve.core.sampling import SamplingParams
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling parameters of one step, as host arrays (row order = logits order).
+
+    ``seeds[i] < 0`` means "unseeded"; ``counters[i]`` is the index of the output token being
+    sampled, which makes a seeded request's noise depend only on (seed, counter, token id).
+    """
+
+    temperature: np.ndarray
+    top_k: np.ndarray
+    top_p: np.ndarray
+    seeds: np.ndarray
+    counters: np.ndarray
+
+    @classmethod
+    def from_params(cls, params: Sequence[SamplingParams], counters: Sequence[int]) -> "SamplingBatch":
+        n = len(params)
+        return cls(
+            temperature=np.fromiter((p.temperature for p in params), np.float32, n),
+            top_k=np.fromiter((p.top_k for p in params), np.int64, n),
+            top_p=np.fromiter((p.top_p for p in params), np.float32, n),
+            seeds=np.fromiter((-1 if p.seed is None else (p.seed & 0x7FFFFFFF) for p in params), np.int64, n),
+            counters=np.asarray(counters, dtype=np.int64),
+        )
+
+    @property
+    def all_greedy(self) -> bool:
+        return bool((self.temperature == 0).all())
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer (lowbias32) on int64 tensors holding values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def seeded_uniform(seeds: torch.Tensor, counters: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Counter-based uniforms in (0, 1), [rows, vocab]: a pure function of (seed, counter, id)."""
+    dev = seeds.device
+    row = _hash32((_hash32(seeds & _MASK32) ^ (counters & _MASK32)) & _MASK32)
+    ids = torch.arange(vocab, device=dev, dtype=torch.int64)
+    x = _hash32((row[:, None] * 0x9E3779B1 + ids[None, :] * 0x85EBCA77) & _MASK32)
+    return (x.to(torch.float64) + 0.5).div_(4294967296.0).to(torch.float32)
+
+
+class Sampler:
+    """Turns last-position logits [N, V] into one token id per row.
+
+    Contract: rows with temperature 0 take the argmax; other rows sample from
+    softmax(logits / T) restricted to the k highest-ranked tokens and then to the smallest prefix of
+    the ranking whose probability reaches top_p (the top token always survives). A seeded row's draw depends only on its seed, its output index and its
+    logits (not on batch composition); unseeded rows draw from the sampler's own generator.
+    Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p / E) with E ~ Exp(1).
+    """
+
+    def __init__(self, device: torch.device, seed: int = 0) -> None:
+        self.device = device
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+
+    def sample(self, logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
+        if sb.all_greedy:
+            return logits.argmax(dim=-1)
+        dev = logits.device
+        logits = logits.float()
+        greedy = torch.from_numpy(sb.temperature == 0).to(dev, non_blocking=True)
+        temp = torch.from_numpy(np.where(sb.temperature == 0, 1.0, sb.temperature).astype(np.float32))
+        scaled = logits / temp.to(dev, non_blocking=True)[:, None]
+        if (sb.top_k > 0).any() or (sb.top_p < 1).any():
+            scaled = self.apply_top_k_top_p(scaled, sb.top_k, sb.top_p)
+        probs = torch.softmax(scaled, dim=-1)
+        noise = self.exponential_noise(probs.shape, sb)
+        sampled = (probs / noise).argmax(dim=-1)
+        return torch.where(greedy, logits.argmax(dim=-1), sampled)
+
+    def exponential_noise(self, shape: torch.Size, sb: SamplingBatch) -> torch.Tensor:
+        rows, vocab = shape
+        u = torch.rand(shape, generator=self.gen, device=self.device)
+        seeded = sb.seeds >= 0
+        if seeded.any():
+            idx = torch.from_numpy(np.nonzero(seeded)[0]).to(self.device)
+            s = torch.from_numpy(sb.seeds[seeded]).to(self.device)
+            c = torch.from_numpy(sb.counters[seeded]).to(self.device)
+            u[idx] = seeded_uniform(s, c, vocab)
+        return -torch.log(u)
+
+    @staticmethod
+    def apply_top_k_top_p(logits: torch.Tensor, top_k: np.ndarray, top_p: np.ndarray) -> torch.Tensor:
+        """Set logits outside each row's top-k and top-p set to -inf (returns a new tensor)."""
+        dev = logits.device
+        vocab = logits.shape[-1]
+        srt, order = logits.sort(dim=-1, descending=True)
+        k = torch.from_numpy(np.where(top_k > 0, np.minimum(top_k, vocab), vocab)).to(dev)
+        ranks = torch.arange(vocab, device=dev)[None, :]
+        drop = ranks >= k[:, None]
+        p = torch.from_numpy(top_p.astype(np.float32)).to(dev)
+        probs = torch.softmax(srt.masked_fill(drop, float("-inf")), dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass strictly above this token
+        drop |= before >= p[:, None]
+        drop[:, 0] = False
+        srt = srt.masked_fill(drop, float("-inf"))
+        return torch.empty_like(logits).scatter_(-1, order, srt)

@@ -1,0 +1,1 @@
+"""Example plugins used by the policy developer's walk-through (README)."""
