@@ -1,1 +1,18 @@
+"""OpenAI-compatible HTTP serving over the twinserve engine.
 
+Processes (ZMQ PUSH/PULL over IPC files in one private temp dir, msgpack messages from
+`messages`)::
+
+    client -HTTP-> API server (FastAPI/uvicorn, `api_server`, `engine_client`)
+      -> tokenizer worker (`tokenizer_worker`: tokenize, chat template, length checks)
+      -> engine worker rank 0 (`engine_worker`: Engine.add/abort/step; `broadcast` is the seam
+         for more ranks)
+      -> detokenizer worker (`detokenizer_worker`: incremental text, stop strings)
+      -> API server -> SSE / JSON to the client
+
+Start one: ``twinserve-serve model.path=DIR server.port=8000 scheduler=lpm cache=radix``
+(`launch.main`, Hydra tree of ``twinserve-run``) or ``launch.start_server(EngineConfig(...))``.
+Replay a workload against any OpenAI-compatible server: `bench_client` (``twinserve-run
+backend=server backend.url=URL``). HTTP overhead vs the in-process engine:
+``python -m twinserve.server.bench_overhead --model DIR``.
+"""

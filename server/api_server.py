@@ -1,0 +1,264 @@
+"""The FastAPI app: OpenAI-compatible endpoints over the tokenizer/engine/detokenizer pipeline.
+
+Contract of every generation endpoint: the body is validated (400 with an OpenAI error body on
+any bad field), the request goes to the tokenizer, and the handler waits for the engine's
+``Accepted`` or an ``ErrorReply`` (400 too long / bad ids, 429 queue full, 503 engine down)
+before answering, so errors keep their HTTP status even for ``stream=true``. A client that
+disconnects at any point aborts its request (the engine frees its pages). No handler can wait
+forever: a dead worker fails every live request, and ``request_timeout_s`` bounds the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from twinserve.server.engine_client import EngineClient, RequestStream
+from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
+from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
+from twinserve.server.messages import TokenizeRequest
+from twinserve.server.metrics import ServerMetrics
+from twinserve.server.protocol import (
+    ChatCompletionRequest, CompletionRequest, GenerateRequestBody, SamplingFields,
+)
+from twinserve.server.sse import SSE_DONE, EventStream, sse_data, unless_disconnected
+
+CLIENT_GONE = 499  # nginx's "client closed request"; nobody reads it
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    name: str
+    path: str
+    max_model_len: int
+    created: int
+
+
+@dataclass(slots=True)
+class AppState:
+    """What the handlers use; built by the launcher inside the app's lifespan."""
+
+    client: EngineClient
+    metrics: ServerMetrics
+    model: ModelInfo
+    pids: dict[str, int]
+    ipc_dir: str
+
+
+def _state(request: Request) -> AppState:
+    return request.app.state.ts
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errs = exc.errors()
+    if not errs:
+        return "invalid request body", None
+    e = errs[0]
+    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    if e.get("type") == "json_invalid":
+        return f"the body is not valid JSON: {e.get('msg')}", None
+    if not loc:
+        hint = " (send it with Content-Type: application/json)" if isinstance(e.get("input"), str) else ""
+        return f"the body must be a JSON object{hint}", None
+    param = loc[0]
+    # a union field fails once per alternative; report them together under the field's name
+    msgs = dict.fromkeys(str(x.get("msg")) for x in errs
+                         if [str(p) for p in x.get("loc", ()) if p != "body"][:1] == [param])
+    where = ".".join(p for p in loc if not p.startswith(("list[", "str", "constrained", "int", "function")))
+    return f"{where or param}: {' or '.join(msgs)}", param
+
+
+def _check_model(st: AppState, body: SamplingFields) -> None:
+    if body.model is not None and body.model not in (st.model.name, st.model.path):
+        raise APIError(404, f"The model `{body.model}` does not exist; this server serves "
+                       f"`{st.model.name}`.", param="model", code="model_not_found")
+
+
+async def _admit(st: AppState, request: Request, build: Callable[[int], TokenizeRequest]) -> RequestStream | None:
+    """Submit and wait for Accepted; None if the client left meanwhile (request aborted)."""
+    stream = await st.client.submit(build)
+    try:
+        gone, _ = await unless_disconnected(request, st.client.next_event(stream))
+    except BaseException:
+        await st.client.abort(stream)
+        raise
+    if gone:
+        await st.client.abort(stream)
+        return None
+    return stream
+
+
+async def _events(st: AppState, stream: RequestStream, fmt: Any, include_usage: bool) -> AsyncIterator[str]:
+    for chunk in fmt.start():
+        yield sse_data(chunk)
+    try:
+        async for batch in st.client.delta_batches(stream):
+            # one SSE event per delta (clients time tokens by events), one write per batch
+            text = "".join(sse_data(c) for c in map(fmt.delta, batch) if c is not None)
+            if text:
+                yield text
+    except APIError as e:
+        yield sse_data(e.body)
+        yield SSE_DONE
+        return
+    if include_usage:
+        yield sse_data(fmt.usage(stream.usage()))
+    yield SSE_DONE
+
+
+async def _collect(st: AppState, stream: RequestStream) -> tuple[str, list[int]]:
+    text: list[str] = []
+    ids: list[int] = []
+    async for batch in st.client.delta_batches(stream):
+        for d in batch:
+            text.append(d.text)
+            ids.extend(d.token_ids)
+    return "".join(text), ids
+
+
+async def _respond(st: AppState, request: Request, body: SamplingFields, fmt: Any,
+                   build: Callable[[int], TokenizeRequest]) -> Response:
+    stream = await _admit(st, request, build)
+    if stream is None:
+        return Response(status_code=CLIENT_GONE)
+    if body.stream:
+        async def on_close() -> None:
+            if not stream.finished:
+                await st.client.abort(stream)
+        return EventStream(_events(st, stream, fmt, body.include_usage), on_close)
+    try:
+        gone, result = await unless_disconnected(request, _collect(st, stream))
+    finally:
+        if not stream.finished:
+            await st.client.abort(stream)
+    if gone:
+        return Response(status_code=CLIENT_GONE)
+    text, ids = result
+    return JSONResponse(fmt.full(text, ids, stream.finish_reason, stream.usage()))
+
+
+def _request(rid: int, body: SamplingFields, kind: str, field: str, *, text: str | None = None,
+             messages: list[dict[str, Any]] | None = None, ids: list[int] | None = None,
+             default_max: int | None, detok: dict[str, Any]) -> TokenizeRequest:
+    return TokenizeRequest(rid, kind, text, messages, ids, body.sampling_params(), body.max_tokens,
+                           default_max, detok, time.time(), body.priority, body.user or "default", field)
+
+
+def _register_routes(app: FastAPI) -> None:
+    @app.post("/v1/completions", responses=ERROR_RESPONSES)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        st = _state(request)
+        body.check_supported()
+        _check_model(st, body)
+        prompt = body.single_prompt()
+        detok = {"stop": body.stop_strings(), "stop_token_ids": body.stop_token_ids or [], "detokenize": True}
+        if isinstance(prompt, str):
+            def build(rid: int) -> TokenizeRequest:
+                return _request(rid, body, "text", "prompt", text=prompt, default_max=16, detok=detok)
+        else:
+            def build(rid: int) -> TokenizeRequest:
+                return _request(rid, body, "ids", "prompt", ids=list(prompt), default_max=16, detok=detok)
+        fmt = CompletionFormat(f"cmpl-{uuid.uuid4().hex}", st.model.name)
+        return await _respond(st, request, body, fmt, build)
+
+    @app.post("/v1/chat/completions", responses=ERROR_RESPONSES)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        st = _state(request)
+        body.check_supported()
+        _check_model(st, body)
+        messages = [m.as_template_input() for m in body.messages]
+        detok = {"stop": body.stop_strings(), "stop_token_ids": body.stop_token_ids or [],
+                 "detokenize": True, "add_generation_prompt": body.add_generation_prompt}
+
+        def build(rid: int) -> TokenizeRequest:
+            return _request(rid, body, "chat", "messages", messages=messages, default_max=None, detok=detok)
+        fmt = ChatFormat(f"chatcmpl-{uuid.uuid4().hex}", st.model.name)
+        return await _respond(st, request, body, fmt, build)
+
+    @app.post("/generate", responses=ERROR_RESPONSES)
+    async def generate(body: GenerateRequestBody, request: Request) -> Response:
+        st = _state(request)
+        body.check_supported()
+        _check_model(st, body)
+        if body.stop is not None:
+            raise APIError(400, "/generate takes stop_token_ids, not stop strings", param="stop")
+        detok = {"stop": [], "detokenize": False}
+
+        def build(rid: int) -> TokenizeRequest:
+            return _request(rid, body, "ids", "input_ids", ids=list(body.input_ids), default_max=16, detok=detok)
+        return await _respond(st, request, body, GenerateFormat(f"gen-{uuid.uuid4().hex}", st.model.name), build)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        m = _state(request).model
+        return {"object": "list", "data": [{"id": m.name, "object": "model", "created": m.created,
+                                            "owned_by": "twinserve", "root": m.path,
+                                            "max_model_len": m.max_model_len}]}
+
+    @app.get("/health", responses={503: ERROR_RESPONSES[503]})
+    async def health(request: Request) -> Response:
+        down = _state(request).client.down
+        if down is not None:
+            return JSONResponse(error_body(503, down), status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/engine")
+    async def debug_engine(request: Request) -> dict[str, Any]:
+        """The engine's latest gauges (KV usage included), the API server's live requests, the
+        server's process ids and IPC directory (tests check that shutdown leaves neither)."""
+        st = _state(request)
+        return {"stats": st.client.stats, "stats_time": st.client.stats_time,
+                "in_flight": len(st.client.live), "pids": st.pids, "ipc_dir": st.ipc_dir}
+
+
+def _register_errors(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        msg, param = _validation_message(exc)
+        return JSONResponse(error_body(400, msg, param=param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+
+def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[AppState]]) -> FastAPI:
+    """The app; ``make_state()`` is entered in its lifespan (sockets, reader and monitor tasks)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with make_state() as st:
+            app.state.ts = st
+            yield
+
+    app = FastAPI(title="twinserve", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI-compatible serving over the twinserve engine")
+    _register_routes(app)
+    _register_errors(app)
+    return app
+
+
+async def cancel_tasks(*tasks: asyncio.Task) -> None:
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t

@@ -1,0 +1,42 @@
+"""`ServerConfig`: the HTTP front end's knobs (the engine has its own `EngineConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """How the server listens and protects itself.
+
+    - ``host`` / ``port``: where uvicorn listens (``port=0``: pick a free port; the chosen one is
+      reported by the launcher).
+    - ``queue_limit``: most requests that may wait in the engine's queue; a request beyond it gets
+      429. ``None`` means unlimited.
+    - ``served_model_name``: the id in ``/v1/models`` and responses (default: the model dir name).
+    - ``engine_factory``: ``"module:Class"`` building the engine from its config (the seam that
+      lets tests or other engines plug in; default the real twinserve engine).
+    - ``stats_interval_s``: how often the engine publishes its gauges while busy.
+    - ``startup_timeout_s`` / ``shutdown_timeout_s``: handshake and stop deadlines per child.
+    - ``request_timeout_s``: a request still unfinished after this long fails with 504 (a safety net
+      against hangs; ``None`` disables it).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    queue_limit: int | None = 1024
+    served_model_name: str | None = None
+    engine_factory: str = "twinserve.engine.engine:Engine"
+    stats_interval_s: float = 0.1
+    startup_timeout_s: float = 600.0
+    shutdown_timeout_s: float = 5.0
+    request_timeout_s: float | None = 3600.0
+    log_level: str = "warning"
+
+    def validate(self) -> None:
+        if not (0 <= self.port < 65536):
+            raise ValueError(f"server.port must be in [0, 65535], got {self.port}")
+        if self.queue_limit is not None and self.queue_limit < 1:
+            raise ValueError(f"server.queue_limit must be >= 1 or null (unlimited), got {self.queue_limit}")
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ValueError(f"server.request_timeout_s must be > 0 or null, got {self.request_timeout_s}")

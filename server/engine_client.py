@@ -1,0 +1,222 @@
+"""The API server's side of the pipeline: submit requests, route replies, fail them on faults.
+
+One reader task drains the API server's input socket and routes every ``Accepted``,
+``ErrorReply`` and ``TextDelta`` to its request's queue; ``EngineStats`` refresh the engine
+gauges. `EngineClient.fail_all` (a worker died, or the server is stopping) puts a terminal error
+into every live request's queue, so no handler waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import zmq
+import zmq.asyncio
+
+from twinserve.server.errors import APIError
+from twinserve.server.ipc import IpcPaths
+from twinserve.server.messages import (
+    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, TextDelta, TokenizeRequest,
+    decode, encode,
+)
+from twinserve.server.metrics import ServerMetrics
+
+
+class _Expired:
+    """Queued when a request's deadline passes (one timer per request, not one per event)."""
+
+
+_EXPIRED = _Expired()
+
+
+@dataclass(slots=True)
+class RequestStream:
+    """One request's reply queue and the client-side accounting of its tokens and latencies.
+
+    Times are ``time.perf_counter()`` values of the API server process."""
+
+    rid: int
+    arrival: float
+    timer: asyncio.TimerHandle | None = None
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    finished: bool = False
+    finish_reason: str | None = None
+    t_first: float | None = None
+    t_last: float | None = None
+
+    def usage(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+
+
+class EngineClient:
+    """Talks to the tokenizer (requests, aborts) and listens to the detokenizer and tokenizer.
+
+    Invariant: a rid is in ``live`` from ``submit`` until its finishing delta, its error, or
+    ``abort``; messages for rids not in ``live`` are dropped.
+    """
+
+    def __init__(self, paths: IpcPaths, metrics: ServerMetrics, request_timeout_s: float | None) -> None:
+        self.zctx = zmq.asyncio.Context()
+        self.inbox = self.zctx.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.LINGER, 0)
+        self.inbox.setsockopt(zmq.RCVHWM, 0)
+        self.inbox.bind(paths.api)
+        self.to_tok = self.zctx.socket(zmq.PUSH)
+        self.to_tok.setsockopt(zmq.LINGER, 0)
+        self.to_tok.setsockopt(zmq.SNDHWM, 0)
+        self.to_tok.connect(paths.tokenizer)
+        self.metrics = metrics
+        self.timeout = request_timeout_s
+        self.live: dict[int, RequestStream] = {}
+        self.stats: dict[str, Any] = {}
+        self.stats_time = 0.0
+        self.down: str | None = None  # why the pipeline is unusable, once it is
+        self._rids = itertools.count(1)
+
+    # ---- requests ----------------------------------------------------------------------------
+    async def submit(self, build: Callable[[int], TokenizeRequest]) -> RequestStream:
+        if self.down is not None:
+            raise APIError(503, self.down)
+        rid = next(self._rids)
+        st = RequestStream(rid, time.perf_counter())
+        if self.timeout is not None:
+            st.timer = asyncio.get_running_loop().call_later(self.timeout, st.queue.put_nowait, _EXPIRED)
+        self.live[rid] = st
+        self.metrics.in_flight.set(len(self.live))
+        await self.to_tok.send(encode(build(rid)))
+        return st
+
+    async def abort(self, st: RequestStream) -> None:
+        """Forget ``st`` and tell the engine (through the tokenizer) to free it."""
+        if self.live.get(st.rid) is st:
+            self._drop(st)
+            if self.down is None:
+                await self.to_tok.send(encode(AbortRequest(st.rid, "client")))
+
+    def _drop(self, st: RequestStream) -> None:
+        if st.timer is not None:
+            st.timer.cancel()
+        if self.live.get(st.rid) is st:
+            del self.live[st.rid]
+            self.metrics.in_flight.set(len(self.live))
+
+    async def _check(self, st: RequestStream, ev: Any) -> Accepted | TextDelta:
+        if isinstance(ev, ErrorReply):
+            self._drop(st)
+            self.metrics.rejected.labels(status=str(ev.status)).inc()
+            raise APIError(ev.status, ev.message, ev.type, ev.param, ev.code)
+        if ev is _EXPIRED:
+            await self.abort(st)
+            raise APIError(504, f"the request did not finish within {self.timeout} s")
+        return ev
+
+    async def next_event(self, st: RequestStream) -> Accepted | TextDelta:
+        """The next reply of ``st``; raises `APIError` on an error reply or the deadline."""
+        return await self._check(st, await st.queue.get())
+
+    async def delta_batches(self, st: RequestStream) -> AsyncIterator[list[TextDelta]]:
+        """The ``TextDelta``s of an accepted request, through the finishing one, in batches of
+        whatever had arrived when the consumer asked (a consumer that lags gets several at once
+        and can answer with one write). An error is raised after the deltas that preceded it.
+
+        Ends on the finishing delta itself, not on ``st.finished``: the reader marks the request
+        finished when it routes the last delta, possibly before earlier ones were consumed."""
+        q = st.queue
+        while True:
+            batch: list[TextDelta] = []
+            ev: Any = await q.get()
+            while True:
+                if not isinstance(ev, TextDelta):
+                    if batch:
+                        yield batch
+                        batch = []
+                    await self._check(st, ev)
+                else:
+                    batch.append(ev)
+                    if ev.finished:
+                        yield batch
+                        return
+                if q.empty():
+                    break
+                ev = q.get_nowait()
+            if batch:
+                yield batch
+
+    # ---- routing -----------------------------------------------------------------------------
+    def _on_delta(self, d: TextDelta, now: float) -> None:
+        st = self.live.get(d.rid)
+        if st is None:
+            return
+        m = self.metrics
+        if d.token_ids:
+            if st.t_first is None:
+                st.t_first = now
+                m.ttft.observe(now - st.arrival)
+            else:
+                m.itl.observe(now - (st.t_last or now))
+            st.t_last = now
+            st.completion_tokens += len(d.token_ids)
+        st.cached_tokens = max(st.cached_tokens, d.cached_tokens)
+        if d.prompt_tokens:
+            st.prompt_tokens = d.prompt_tokens
+        if d.finished:
+            st.finished = True
+            st.finish_reason = d.finish_reason
+            self._drop(st)
+            m.e2e.observe(now - st.arrival)
+            m.prompt_tokens.inc(st.prompt_tokens)
+            m.cached_tokens.inc(st.cached_tokens)
+            m.finished.labels(finish_reason=str(d.finish_reason)).inc()
+        st.queue.put_nowait(d)
+
+    def _route(self, msg: Any) -> None:
+        now = time.perf_counter()
+        if isinstance(msg, DetokOutputs):
+            ntok = 0
+            for d in msg.deltas:
+                ntok += len(d.token_ids) if d.rid in self.live else 0
+                self._on_delta(d, now)
+            self.metrics.generation_tokens.inc(ntok)
+        elif isinstance(msg, Accepted):
+            st = self.live.get(msg.rid)
+            if st is not None:
+                st.prompt_tokens = msg.prompt_tokens
+                st.queue.put_nowait(msg)
+        elif isinstance(msg, ErrorReply):
+            st = self.live.get(msg.rid)
+            if st is not None:
+                st.queue.put_nowait(msg)
+        elif isinstance(msg, EngineStats):
+            self.stats = msg.stats
+            self.stats_time = msg.t
+            self.metrics.update_engine(msg.stats)
+
+    async def run_reader(self) -> None:
+        while True:
+            data = await self.inbox.recv()
+            try:
+                msg = decode(data)
+            except ValueError:
+                continue
+            self._route(msg)
+
+    # ---- faults and shutdown -----------------------------------------------------------------
+    def fail_all(self, status: int, message: str) -> None:
+        """Mark the pipeline down and end every live request with ``status``."""
+        self.down = message
+        for rid, st in list(self.live.items()):
+            st.queue.put_nowait(ErrorReply(rid, status, message, "service_unavailable"))
+
+    def close(self) -> None:
+        self.inbox.close(linger=0)
+        self.to_tok.close(linger=0)
+        self.zctx.term()

@@ -1,0 +1,102 @@
+"""``twinserve-serve``'s configuration: the experiments' Hydra tree plus a ``server`` node.
+
+The tree is composed from ``twinserve/experiments/conf`` (the same one ``twinserve-run`` uses,
+read as files: the server does not import the experiments package) with ``backend=engine``
+unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides
+(``server.port=8000 server.queue_limit=64``) set `ServerConfig` fields on top of the tree's own
+``server`` node if it has one. The engine is configured exactly like the ``engine`` backend:
+``model.path``, ``scheduler`` knobs and name, ``memory``, ``cache``, ``kv``, ``seed``, ``tp``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import fields
+from typing import Any, Mapping
+
+from twinserve.core.config import SchedulerConfig
+from twinserve.server.config import ServerConfig
+
+_ENGINE_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
+                "cpu_kv_tokens")
+
+
+def conf_dir() -> str:
+    spec = importlib.util.find_spec("twinserve.experiments")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("twinserve.experiments is not installed: no config tree to compose")
+    return os.path.join(list(spec.submodule_search_locations)[0], "conf")
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra overrides, ``server.*`` assignments without the prefix)."""
+    hydra_ov: list[str] = []
+    server_ov: list[str] = []
+    for o in overrides:
+        key = o.lstrip("+~")
+        if key.startswith("server."):
+            server_ov.append(key[len("server."):])
+        else:
+            hydra_ov.append(o)
+    if not any(o.lstrip("+~").split("=")[0] == "backend" for o in hydra_ov):
+        hydra_ov.insert(0, "backend=engine")
+    return hydra_ov, server_ov
+
+
+def _plain(node: Any) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def engine_config_from(cfg: Mapping[str, Any]) -> Any:
+    """An `EngineConfig` from a composed run config (same mapping as the engine backend)."""
+    from twinserve.engine.engine import EngineConfig
+
+    model = cfg["model"]
+    if not model.get("path"):
+        raise ValueError("twinserve-serve needs model.path=DIR (a checkpoint with tokenizer files; "
+                         "`twinserve-make-model --shape tiny-llama --out DIR` writes one)")
+    sch = cfg["scheduler"]
+    knobs = {f.name for f in fields(SchedulerConfig)}
+    sched = {k: v for k, v in sch.items() if k in knobs and k not in ("page_size", "max_graph_bs")}
+    if model.get("max_model_len"):
+        sched["max_model_len"] = int(model["max_model_len"])
+    backend = cfg.get("backend") or {}
+    extra = {k: backend[k] for k in _ENGINE_KEYS if backend.get(k) is not None}
+    kv = cfg.get("kv") or {}
+    return EngineConfig(
+        model=str(model["path"]), page_size=int(sch.get("page_size", 16)),
+        max_graph_bs=int(sch.get("max_graph_bs", 256)), mem_fraction=float(kv.get("mem_fraction", 0.9)),
+        num_pages=kv.get("num_pages"), max_model_len=model.get("max_model_len"), scheduler=sched,
+        scheduling=str(sch["name"]), memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
+        scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},
+        cache_kwargs=cfg["cache"].get("kwargs") or {}, seed=int(cfg.get("seed", 0)),
+        tp_size=int(cfg.get("tp", 1)), **extra)
+
+
+def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> ServerConfig:
+    from omegaconf import OmegaConf
+
+    known = {f.name for f in fields(ServerConfig)}
+    base = dict(cfg.get("server") or {})
+    base.update(_plain(OmegaConf.from_dotlist(assignments)))
+    unknown = set(base) - known
+    if unknown:
+        raise ValueError(f"unknown server keys {sorted(unknown)}; known: {sorted(known)}")
+    sc = ServerConfig(**base)
+    sc.validate()
+    return sc
+
+
+def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
+    """Compose the tree with ``overrides``; returns (EngineConfig, ServerConfig)."""
+    from hydra import compose, initialize_config_dir
+
+    hydra_ov, server_ov = split_overrides(overrides)
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
+        cfg = _plain(compose(config_name="config", overrides=hydra_ov))
+    return engine_config_from(cfg), server_config_from(cfg, server_ov)

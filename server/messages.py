@@ -1,0 +1,292 @@
+"""Every message the server's processes exchange, and its msgpack wire format.
+
+Process graph (all sockets are ZMQ PUSH -> PULL over IPC files in one temp dir)::
+
+    API server --TokenizeRequest/AbortRequest--> tokenizer --GenerateRequest/AbortRequest--> engine rank 0
+    engine rank 0 --Accepted/ErrorReply/StepOutputs/EngineStats--> detokenizer
+    detokenizer --AbortRequest (stop string hit)--> engine rank 0
+    detokenizer --Accepted/ErrorReply/DetokOutputs/EngineStats--> API server
+    tokenizer --ErrorReply--> API server
+    every child --Ready--> launcher (the readiness handshake)
+
+Aborts from the API server travel through the tokenizer, on the same ordered socket as the
+request they cancel, so an abort can never overtake its request. ``Accepted`` is sent by the
+engine on the same socket as the request's tokens, so it always arrives first.
+
+Wire format: a message is a msgpack ``ExtType(MSG_EXT, [tag, field1, field2, ...])``; nested
+messages (``DetokOutputs.deltas``) are encoded the same way, so ``decode(encode(m)) == m`` for
+every message type below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import msgpack
+import numpy as np
+
+MSG_EXT = 7  # msgpack ext type code of a message
+
+M = TypeVar("M")
+
+
+class _Codec:
+    """Tag <-> dataclass table. Filled once at import time by ``@message``; read-only after."""
+
+    def __init__(self) -> None:
+        self.by_tag: dict[int, type] = {}
+        self.by_type: dict[type, int] = {}
+        self.names: dict[type, tuple[str, ...]] = {}
+
+    def register(self, tag: int) -> Callable[[type[M]], type[M]]:
+        def deco(cls: type[M]) -> type[M]:
+            if tag in self.by_tag:
+                raise KeyError(f"message tag {tag} used twice")
+            self.by_tag[tag] = cls
+            self.by_type[cls] = tag
+            self.names[cls] = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            return cls
+
+        return deco
+
+
+_CODEC = _Codec()
+message = _CODEC.register
+
+
+# ---- handshake and control ---------------------------------------------------------------------
+@message(1)
+@dataclass(slots=True)
+class Ready:
+    """A child finished starting. ``info`` carries what the launcher needs (engine: max_model_len,
+    eos_token_ids, vocab_size, tokenizer_path, num_pages, page_size)."""
+
+    role: str
+    rank: int
+    pid: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@message(2)
+@dataclass(slots=True)
+class StartFailed:
+    """A child could not start (bad model path, out of memory, ...); the launcher reports it."""
+
+    role: str
+    rank: int
+    pid: int
+    error: str
+
+
+# ---- requests going in -------------------------------------------------------------------------
+@message(10)
+@dataclass(slots=True)
+class TokenizeRequest:
+    """API server -> tokenizer: one generation request before tokenization.
+
+    ``kind`` is "text" (``text``), "chat" (``messages``, rendered with the model's chat template)
+    or "ids" (``token_ids`` as given). ``params`` holds `SamplingParams` fields except
+    ``max_tokens``: ``max_tokens`` is the client's value or None, in which case the tokenizer uses
+    ``default_max_tokens`` (None: the rest of the context). ``detok`` is passed through to the
+    detokenizer untouched (stop strings, whether to decode text at all). ``prompt_field`` is the
+    body field that held the prompt ("prompt", "messages", "input_ids"), for error messages.
+    """
+
+    rid: int
+    kind: str
+    text: str | None
+    messages: list[dict[str, Any]] | None
+    token_ids: list[int] | None
+    params: dict[str, Any]
+    max_tokens: int | None
+    default_max_tokens: int | None
+    detok: dict[str, Any]
+    arrival: float
+    priority: int = 0
+    tenant: str = "default"
+    prompt_field: str = "prompt"  # the request field errors about the prompt name
+
+
+@message(11)
+@dataclass(slots=True)
+class GenerateRequest:
+    """Tokenizer -> engine rank 0: a tokenized, length-checked request ready for the scheduler."""
+
+    rid: int
+    prompt_ids: list[int]
+    params: dict[str, Any]
+    detok: dict[str, Any]
+    arrival: float
+    priority: int = 0
+    tenant: str = "default"
+
+
+@message(12)
+@dataclass(slots=True)
+class AbortRequest:
+    """Cancel ``rid`` (client went away, or the detokenizer saw a stop string). Unknown ids are
+    ignored."""
+
+    rid: int
+    reason: str = "abort"
+
+
+@message(13)
+@dataclass(slots=True)
+class StepInputs:
+    """Rank 0 -> ranks 1..N-1 (tensor parallelism): what rank 0 applied before one step, so every
+    rank's scheduler sees the same adds and aborts in the same order. Unused at tp=1."""
+
+    adds: list[GenerateRequest]
+    aborts: list[int]
+    stop: bool = False
+
+
+# ---- results going out -------------------------------------------------------------------------
+@message(20)
+@dataclass(slots=True)
+class Accepted:
+    """The engine queued ``rid``; sent before any of its tokens, on the same socket."""
+
+    rid: int
+    prompt_tokens: int
+    detok: dict[str, Any]
+
+
+@message(21)
+@dataclass(slots=True)
+class ErrorReply:
+    """``rid`` failed; the API server answers with ``status`` and an OpenAI-style error body."""
+
+    rid: int
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
+@message(22)
+@dataclass(slots=True)
+class TokenOutput:
+    """New tokens of one request from one engine step."""
+
+    rid: int
+    token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@message(23)
+@dataclass(slots=True)
+class StepOutputs:
+    """Engine -> detokenizer: every request's output of one step, column by column (one msgpack
+    array per field: encoding stays cheap inside the engine's loop at large batch sizes).
+    ``t`` is the engine's wall clock. Use `StepOutputs.of` / `items` to go from/to `TokenOutput`."""
+
+    rids: list[int]
+    token_ids: list[list[int]]
+    finished: list[bool]
+    finish_reasons: list[str | None]
+    prompt_tokens: list[int]
+    cached_tokens: list[int]
+    t: float
+
+    @classmethod
+    def of(cls, outs: list[TokenOutput], t: float) -> "StepOutputs":
+        return cls([o.rid for o in outs], [o.token_ids for o in outs], [o.finished for o in outs],
+                   [o.finish_reason for o in outs], [o.prompt_tokens for o in outs],
+                   [o.cached_tokens for o in outs], t)
+
+    def items(self) -> list[TokenOutput]:
+        return [TokenOutput(*row) for row in zip(self.rids, self.token_ids, self.finished,
+                                                  self.finish_reasons, self.prompt_tokens,
+                                                  self.cached_tokens)]
+
+
+@message(24)
+@dataclass(slots=True)
+class EngineStats:
+    """Engine gauges, published periodically and whenever the engine goes idle."""
+
+    stats: dict[str, Any]
+    t: float
+
+
+@message(25)
+@dataclass(slots=True)
+class TextDelta:
+    """Detokenizer -> API server: the new text (stop strings removed) and token ids of one request."""
+
+    rid: int
+    text: str
+    token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@message(26)
+@dataclass(slots=True)
+class DetokOutputs:
+    """All deltas the detokenizer produced from one `StepOutputs`."""
+
+    deltas: list[TextDelta]
+    t: float
+
+
+# ---- codec ---------------------------------------------------------------------------------------
+def _default(obj: Any) -> Any:
+    cls = type(obj)
+    tag = _CODEC.by_type.get(cls)
+    if tag is not None:
+        values = [tag]
+        values.extend(getattr(obj, n) for n in _CODEC.names[cls])
+        return msgpack.ExtType(MSG_EXT, msgpack.packb(values, default=_default))
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, (tuple, set, frozenset)):
+        return list(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != MSG_EXT:
+        return msgpack.ExtType(code, data)
+    tag, *values = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+    cls = _CODEC.by_tag.get(tag)
+    if cls is None:
+        raise ValueError(f"unknown message tag {tag}")
+    return cls(*values)
+
+
+def encode(msg: Any) -> bytes:
+    """Serialize one message (a registered dataclass) to bytes."""
+    if type(msg) not in _CODEC.by_type:
+        raise TypeError(f"{type(msg).__name__} is not a registered message")
+    return msgpack.packb(msg, default=_default)
+
+
+def decode(data: bytes) -> Any:
+    """Inverse of `encode`; raises ``ValueError`` on bytes that are not a message."""
+    try:
+        obj = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+    except (msgpack.UnpackException, ValueError, TypeError) as e:
+        raise ValueError(f"undecodable message: {e}") from e
+    if type(obj) not in _CODEC.by_type:
+        raise ValueError(f"not a message: {type(obj).__name__}")
+    return obj
+
+
+def message_types() -> list[type]:
+    """Every registered message class (tests round-trip all of them)."""
+    return list(_CODEC.by_type)

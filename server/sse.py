@@ -1,0 +1,88 @@
+"""Server-sent events with guaranteed cleanup, and client-disconnect detection.
+
+Starlette's ``StreamingResponse`` only notices a vanished client when a write fails, which may be
+never for a request still waiting in the queue. `EventStream` always listens for
+``http.disconnect`` next to the writer and, however the response ends (finished, client gone,
+server shutting down), closes the event iterator and awaits ``on_close`` exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+
+def sse_data(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream`` response over ``events``; ``on_close()`` runs when it ends."""
+
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._events = events
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def write() -> None:
+                    try:
+                        await self.stream_response(send)
+                    except OSError:
+                        pass
+                    tg.cancel_scope.cancel()
+
+                async def listen() -> None:
+                    await self.listen_for_disconnect(receive)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(write)
+                tg.start_soon(listen)
+        finally:
+            with anyio.CancelScope(shield=True):
+                aclose = getattr(self._events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                await self._on_close()
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Return when the client has gone away (call only after the body has been read)."""
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[Any]) -> tuple[bool, Any]:
+    """Run ``work`` until it finishes or the client disconnects: (client_gone, result)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_disconnect(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if task.done():
+        return False, task.result()
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+    return True, None
