@@ -9,6 +9,8 @@ Decode micro-benchmark (``--decode``): batches of 1, 64 and 256 requests at cont
 device time of a decode step against the bandwidth bound (weight bytes + KV bytes) / 4.3 TB/s.
 
 Models: ``--model DIR`` (a checkpoint) or ``--shape NAME`` (config only, random "dummy" weights).
+``--tp N`` runs tensor-parallel on N GPUs (the decode bound is then per GPU: a rank's share of
+the weights and of the KV bytes).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
@@ -71,11 +74,11 @@ def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0
     while eng.has_work():
         eng.step()
     recs = [r for r in eng.steps[first:] if r.features.num_decodes == batch and r.features.num_prefills == 0]
-    mc = eng.model_config
-    elem = eng.pool.geom.bytes_per_page // (2 * mc.num_layers * eng.pool.page_size * mc.kv_size)
-    weight_bytes = mc.param_count() * elem
+    mc, geom = eng.model_config, eng.pool.geom
+    elem = torch.empty((), dtype=geom.dtype).element_size()
+    weight_bytes = mc.param_count() * elem / eng.tp_size  # one rank's share (norms replicated: negligible)
     mean_ctx = float(np.mean([r.features.decode_ctx / batch for r in recs]))
-    kv_bytes = batch * mean_ctx * 2 * mc.num_layers * mc.kv_size * elem
+    kv_bytes = batch * mean_ctx * 2 * mc.num_layers * geom.num_kv_heads * geom.head_dim * elem
     dur = float(np.median([r.duration for r in recs]))
     bound = (weight_bytes + kv_bytes) / COPY_BW
     return {"batch": batch, "ctx": mean_ctx, "steps": len(recs), "step_ms": dur * 1e3,
@@ -97,6 +100,8 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
                                          "chunk_size": args.max_tokens, "max_running": args.max_running})
     if args.device:
         kw["device"] = args.device
+    if args.tp > 1:
+        kw.update(tp_size=args.tp, tp_cuda_graphs=args.tp_cuda_graphs)
     if args.decode_tensor_cores != "auto":
         kw["decode_tensor_cores"] = args.decode_tensor_cores == "on"
     kw.update(over)
@@ -108,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shape", default="qwen3-0.6b")
     ap.add_argument("--model", default=None, help="checkpoint dir (default: --shape with dummy weights)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (GPUs)")
+    ap.add_argument("--tp-cuda-graphs", action="store_true",
+                    help="CUDA graphs with --tp > 1 (experimental; off by default, see engine/README.md)")
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--min-len", type=int, default=100)
     ap.add_argument("--max-len", type=int, default=1024)
@@ -151,10 +159,10 @@ def main(argv: list[str] | None = None) -> None:
                  "cuda_graphs": gr, "temperature": args.temperature,
                  "num_pages": eng.sched_config.num_pages, "page_size": args.page_size,
                  "decode_tensor_cores": getattr(eng.attn, "tensor_cores", None),
-                 "max_tokens": args.max_tokens}
+                 "max_tokens": args.max_tokens, "tp": args.tp}
             r.update(phase_times(eng.steps[-nsteps:]))
             results.append(r)
-            print(f"offline {label} run {k}: {tok} output tokens in {s:.2f} s = {tok / s:,.0f} tok/s "
+            print(f"offline {label} tp={args.tp} run {k}: {tok} output tokens in {s:.2f} s = {tok / s:,.0f} tok/s "
                   f"({nsteps} steps, overlap={r['overlap']}, graphs={r['cuda_graphs']}, page={args.page_size}, "
                   f"tc={r['decode_tensor_cores']}; device s: prefill {r['prefill_s']:.2f} in "
                   f"{r['prefill_steps']} steps, decode {r['decode_s']:.2f}; host cpu {r['host_cpu_s']:.2f})")
@@ -163,10 +171,10 @@ def main(argv: list[str] | None = None) -> None:
                      cuda_graphs=eng.runner.graphs is not None)
         for b in (1, 64, 256):
             r = decode_bench(eng, b)
-            r.update(model=label, kind="decode", page_size=args.page_size,
+            r.update(model=label, kind="decode", page_size=args.page_size, tp=args.tp,
                      decode_tensor_cores=getattr(eng.attn, "tensor_cores", None))
             results.append(r)
-            print(f"decode {label} page={args.page_size} tc={r['decode_tensor_cores']} batch={b:4d} "
+            print(f"decode {label} tp={args.tp} page={args.page_size} tc={r['decode_tensor_cores']} batch={b:4d} "
                   f"ctx~{r['ctx']:.0f}: step {r['step_ms']:.3f} ms, "
                   f"bound {r['bound_ms']:.3f} ms ({100 * r['fraction_of_bound']:.0f}% of bound), "
                   f"wall/step {r['wall_ms']:.3f} ms")

@@ -32,7 +32,12 @@ class EngineConfig:
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).
-    - ``tp_size``: tensor parallelism degree; only 1 is implemented (the layers take a TPGroup).
+    - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
+      processes (cuda:i+r for ``device="cuda:i"``; all on the CPU with gloo for ``device="cpu"``);
+      ``tp_timeout_s``: the longest any collective, rendezvous or step may take before the group
+      is declared failed (`twinserve.engine.tp.errors.TPGroupError`). With ``tp_size > 1`` decode
+      runs eager unless ``tp_cuda_graphs`` (experimental: the one two-GPU run so far hung with
+      graphs on; see engine/README.md).
     """
 
     model: str
@@ -59,6 +64,8 @@ class EngineConfig:
     decode_tensor_cores: bool | None = None
     seed: int = 0
     tp_size: int = 1
+    tp_timeout_s: float = 300.0
+    tp_cuda_graphs: bool = False
     checked: bool = False
 
     def scheduler_config(self, num_pages: int, max_model_len: int) -> SchedulerConfig:

@@ -14,31 +14,21 @@ Stable API (a ZMQ worker drives exactly this)::
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
-from twinserve.engine.attention import ATTENTION, AttentionSpec
 from twinserve.engine.config import EngineConfig
-from twinserve.engine.kv_pool import KVGeometry, KVPool
-from twinserve.engine.layers.kernels import KERNELS
-from twinserve.engine.loader import load_weights
-from twinserve.engine.memory_plan import activation_reserve, plan_num_pages
-from twinserve.engine.model_config import ModelConfig, parse_dtype
-from twinserve.engine.models import build_model
+from twinserve.engine.executor import RankExecutor, resolve_device
+from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
-from twinserve.engine.runner import InFlight, ModelRunner
-from twinserve.engine.sampler import Sampler
+from twinserve.engine.runner import InFlight
 
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+__all__ = ["Engine", "EngineConfig", "resolve_device"]
 
 
 class Engine:
@@ -50,70 +40,60 @@ class Engine:
     Every request yields StepOutputs whose ``new_token_ids`` concatenate to its output ids, the
     last one with ``finished=True``. ``steps`` gets one StepRecord per executed step (batch
     features, device-measured duration, host cpu_s of schedule+complete+launch).
+
+    Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
+    scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them
+    before executing its own shard. A failed rank raises `TPGroupError` from the constructor or
+    ``step()`` (and from every later ``step()``); the other ranks are stopped.
     """
 
     def __init__(self, cfg: EngineConfig) -> None:
-        if cfg.tp_size != 1:
-            raise NotImplementedError("tensor parallelism is not implemented yet (tp_size must be 1)")
+        if cfg.tp_size < 1:
+            raise ValueError(f"tp_size must be >= 1, got {cfg.tp_size}")
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        cuda = self.device.type == "cuda"
-        self.model_config = mc = ModelConfig.from_dir(cfg.model)
-        if cfg.dtype == "auto":
-            self.dtype = parse_dtype(mc.torch_dtype) if cuda else torch.float32
-        else:
-            self.dtype = parse_dtype(cfg.dtype)
-        self.max_model_len = self._max_model_len(mc, cfg)
-        self.eos_token_ids: tuple[int, ...] = mc.eos_token_ids
+        self.device = resolve_device(cfg.device, 0)
+        self.tp = None
+        ex_kw: dict[str, Any] = {}
+        if cfg.tp_size > 1:
+            from twinserve.engine.tp.leader import TPLeader
+
+            self.tp = TPLeader(cfg, self.device)
+            ex_kw = dict(agree_pages=self.tp.agree_pages)
+            if self.device.type == "cuda":
+                ex_kw["wait_event"] = self.tp.wait_event
+        try:
+            ex = RankExecutor(cfg, self.tp.group if self.tp else SINGLE, self.device, **ex_kw)
+            if self.tp is not None:
+                self.tp.wait_ready()
+        except BaseException:
+            if self.tp is not None and self.tp.failed is None:
+                self.tp.check()  # a follower that died explains the failure best (raises)
+                self.tp.stop(kill=True)  # followers still building their shard cannot take "stop"
+            raise
+        self.executor = ex
+        self.model_config = ex.model_config
+        self.dtype = ex.dtype
+        self.max_model_len = ex.max_model_len
+        self.eos_token_ids: tuple[int, ...] = ex.model_config.eos_token_ids
         self.tokenizer_path = cfg.model
-        torch.manual_seed(cfg.seed)
-
-        attn_name = cfg.attention_backend if cfg.attention_backend != "auto" else ("flashinfer" if cuda else "torch")
-        kern_name = cfg.kernels if cfg.kernels != "auto" else ("flashinfer" if attn_name == "flashinfer" else "torch")
-        kernels = KERNELS.create(kern_name)
-        self.model = build_model(mc, kernels, self.dtype, self.device, max_positions=self.max_model_len + 1)
-        load_weights(self.model, cfg.model, cfg.load_format, cfg.seed)
-
-        sched_fields = cfg.scheduler if isinstance(cfg.scheduler, dict) else {}
-        max_tokens = int(getattr(cfg.scheduler, "max_num_batched_tokens", sched_fields.get("max_num_batched_tokens", 8192)))
-        geom0 = KVGeometry(mc.num_layers, 0, cfg.page_size, mc.num_kv_heads, mc.head_dim, self.dtype)
-        num_pages = cfg.num_pages or plan_num_pages(
-            geom0, self.device, cfg.mem_fraction,
-            activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype), cfg.cpu_kv_tokens)
-        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device)
-        self.sched_config = cfg.scheduler_config(num_pages, self.max_model_len)
+        self.model, self.pool, self.attn, self.runner = ex.model, ex.pool, ex.attn, ex.runner
+        self.sched_config = ex.sched_config
 
         from twinserve.policies import build_scheduler
 
         self.scheduler = build_scheduler(
             self.sched_config, cfg.scheduling, cfg.memory, cfg.cache, cfg.scheduling_kwargs,
             cfg.memory_kwargs, cfg.cache_kwargs, eos_token_ids=self.eos_token_ids, checked=cfg.checked)
-
-        max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
-        spec = AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, self.dtype, self.pool,
-                             self.sched_config.max_running, max_pages_per_seq)
-        kw: dict[str, Any] = {}
-        if attn_name == "flashinfer":
-            kw["decode_tensor_cores"] = cfg.decode_tensor_cores
-        self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
-        self.overlap = cuda if cfg.overlap is None else cfg.overlap
-        self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
-                                  use_graphs=cfg.cuda_graphs and cuda, max_graph_bs=cfg.max_graph_bs)
+        self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
         self.steps: list[StepRecord] = []
         self._t0 = time.perf_counter()
         self._inflight: tuple[InFlight, StepRecord] | None = None
         self._reported: dict[int, int] = {}
         self._pending: list[StepOutput] = []
 
-    @staticmethod
-    def _max_model_len(mc: ModelConfig, cfg: EngineConfig) -> int:
-        n = mc.max_position_embeddings
-        window = mc.raw.get("sliding_window")
-        if window and mc.raw.get("use_sliding_window", True):
-            n = min(n, int(window))  # never longer than the window: no token ever slides out
-        if cfg.max_model_len:
-            n = min(n, int(cfg.max_model_len))
-        return n
+    @property
+    def tp_size(self) -> int:
+        return self.cfg.tp_size
 
     # ---- public API ------------------------------------------------------------------------
     def now(self) -> float:
@@ -147,6 +127,8 @@ class Engine:
         return self.scheduler.has_work or self._inflight is not None or bool(self._pending)
 
     def step(self) -> list[StepOutput]:
+        if self.tp is not None and self.tp.failed is not None:
+            raise self.tp.failed
         outs, self._pending = self._pending, []
         t = time.perf_counter()
         batch = self.scheduler.schedule(self.now())
@@ -154,7 +136,7 @@ class Engine:
         if batch is not None:
             start = self.now()
             rec = self.scheduler.record(batch, start, 0.0, time.perf_counter() - t)
-            fl = self.runner.launch(batch, start)
+            fl = self._launch(batch, start)
             rec.cpu_s += fl.launch_s
             launched = (fl, rec)
         if self._inflight is not None:
@@ -188,6 +170,10 @@ class Engine:
         self.scheduler.allocator.free(freed)
         return len(freed)
 
+    def tp_pids(self) -> dict[int, int]:
+        """Pids of the follower ranks (rank -> pid); empty at tp_size 1."""
+        return self.tp.pids() if self.tp is not None else {}
+
     def stats(self) -> dict[str, float]:
         free, used, cached = self.scheduler.page_counts()
         total = self.sched_config.num_pages
@@ -200,22 +186,51 @@ class Engine:
             "cache_hit_rate": cs.hit_tokens / cs.queried_tokens if cs.queried_tokens else 0.0,
             "num_pages": total,
             "steps": len(self.steps),
+            "tp_size": self.cfg.tp_size,
         }
 
     def shutdown(self) -> None:
-        """Drain the in-flight step and free device memory; the engine is unusable afterwards."""
-        if self._inflight is not None:
-            self.runner.finish(self._inflight[0])
+        """Drain the in-flight step, stop the other tensor-parallel ranks and free device
+        memory; the engine is unusable afterwards."""
+        try:
+            if self._inflight is not None and (self.tp is None or self.tp.failed is None):
+                self._finish(self._inflight[0])
+        finally:
             self._inflight = None
-        for name in ("runner", "attn", "pool", "model"):
-            if hasattr(self, name):
-                delattr(self, name)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+            if self.tp is not None:
+                self.tp.stop()
+            for name in ("runner", "attn", "pool", "model", "executor"):
+                if hasattr(self, name):
+                    delattr(self, name)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     # ---- internals -------------------------------------------------------------------------
+    def _launch(self, batch: Batch, start: float) -> InFlight:
+        if self.tp is None:
+            return self.runner.launch(batch, start)
+        t0 = time.perf_counter()
+        inputs = self.runner.prepare(batch)
+        self.tp.send(inputs)
+        try:
+            return self.runner.execute(inputs, start, batch, t0=t0)
+        except RuntimeError as e:
+            self.tp.diagnose(e)
+            raise
+
+    def _finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
+        if self.tp is None:
+            return self.runner.finish(fl)
+        try:
+            return self.runner.finish(fl)
+        except RuntimeError as e:
+            if self.tp.failed is not None:
+                raise
+            self.tp.diagnose(e)
+            raise
+
     def _complete(self, fl: InFlight, rec: StepRecord) -> list[StepOutput]:
-        tokens, duration = self.runner.finish(fl)
+        tokens, duration = self._finish(fl)
         t = time.perf_counter()
         ended = self.scheduler.complete(fl.batch, tokens, self.now())
         rec.duration = duration

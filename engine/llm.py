@@ -28,12 +28,24 @@ class LLM:
 
     All prompts are submitted at once and served as one continuous batch; outputs come back in
     prompt order. Text prompts are tokenized with the model directory's tokenizer (with BOS).
+    ``LLM(model, tp_size=2)`` runs tensor-parallel (rank 0 in this process, rank 1 in a child);
+    ``shutdown()`` (or leaving a ``with LLM(...)`` block) stops the child ranks at once, which
+    otherwise end when the LLM is garbage collected or the interpreter exits.
     """
 
     def __init__(self, model: str, **engine_kwargs: Any) -> None:
         self.engine = Engine(EngineConfig(model=model, **engine_kwargs))
         self._tokenizer = None
         self._next_rid = 0
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     @property
     def tokenizer(self):

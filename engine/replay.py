@@ -21,9 +21,18 @@ def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
     arrives while a step runs waits for the next schedule. Prompts are
     ``workload.prompt_tokens(spec) % vocab_size``; sampling is greedy with
     ``max_tokens=spec.output_len`` and ``ignore_eos=True``. Requests the scheduler rejects (too
-    long for the model or the pool) are skipped with a warning.
+    long for the model or the pool) are skipped with a warning. An engine built here (no
+    ``engine`` given; ``engine_cfg.tp_size`` ranks) is shut down before returning.
     """
     eng = engine or Engine(engine_cfg)
+    try:
+        return _replay(eng, workload, progress)
+    finally:
+        if engine is None:
+            eng.shutdown()
+
+
+def _replay(eng: Engine, workload, progress: bool) -> tuple[list[Req], list[StepRecord]]:
     vocab = eng.model_config.vocab_size
     specs = list(workload)
     bar = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -18,9 +19,10 @@ from twinserve.engine.step_inputs import StepInputs, build_step_inputs
 
 @dataclass
 class InFlight:
-    """A launched step whose tokens may not have reached the host yet."""
+    """A launched step whose tokens may not have reached the host yet (``batch`` is None on a
+    tensor-parallel follower rank, which only executes)."""
 
-    batch: Batch
+    batch: Batch | None
     inputs: StepInputs
     tokens_host: torch.Tensor | None
     start: float
@@ -31,19 +33,27 @@ class InFlight:
     t_begin: float = 0.0
 
 
+def synchronize_event(evt: object) -> None:
+    evt.synchronize()  # type: ignore[attr-defined]
+
+
 class ModelRunner:
     """Runs one step: host inputs → (graph or eager) forward → sampler → async copy to host.
 
-    Contract: ``launch(batch)`` enqueues the step and returns at once on CUDA (synchronously on
-    CPU); ``finish(inflight)`` waits for it and returns ``(tokens, duration_s)`` where
-    ``tokens[i]`` is the sampled token of ``batch.reqs[i]`` (-1 where the row does not emit) and
-    the duration is device time between CUDA events (perf_counter on CPU). Placeholder input
-    tokens are filled on the device from the previous launched step's samples, so at most one
-    step may be outstanding when the next is launched (overlap scheduling).
+    Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
+    inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler
+    can ``execute`` the same step from it); ``execute`` enqueues the step and returns at once on
+    CUDA (synchronously on CPU); ``finish(inflight)`` waits for it (through ``wait_event``, by
+    default a blocking CUDA event synchronize) and returns ``(tokens, duration_s)`` where
+    ``tokens[i]`` is the sampled token of batch row i (-1 where the row does not emit) and the
+    duration is device time between CUDA events (perf_counter on CPU). Placeholder input tokens
+    are filled on the device from the previous executed step's samples, so at most one step may
+    be outstanding when the next is launched (overlap scheduling), and every rank must execute
+    every step.
     """
 
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
-                 max_graph_bs: int) -> None:
+                 max_graph_bs: int, wait_event: Callable[[object], None] = synchronize_event) -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
@@ -51,6 +61,7 @@ class ModelRunner:
         self.device = pool.device
         self.cuda = self.device.type == "cuda"
         self.max_graph_bs = max_graph_bs
+        self.wait_event = wait_event
         self.graphs: CudaGraphRunner | None = None
         self.use_graphs = use_graphs  # may be switched off later (benchmarks); graphs stay captured
         if use_graphs:
@@ -67,17 +78,31 @@ class ModelRunner:
             return 0
         return padded_batch_size(len(batch), self.max_graph_bs)
 
-    @torch.inference_mode()
     def launch(self, batch: Batch, start: float) -> InFlight:
         t0 = time.perf_counter()
-        bs = self._graph_size(batch)
-        inp = build_step_inputs(batch, self.pool.page_size, self.pool.scratch_page, self._prev_rows, pad_to=bs)
+        return self.execute(self.prepare(batch), start, batch, t0=t0)
+
+    def prepare(self, batch: Batch) -> StepInputs:
+        """Host inputs of ``batch`` (graph size decided here); remembers which rows sample, for
+        the next step's placeholders."""
+        inp = build_step_inputs(batch, self.pool.page_size, self.pool.scratch_page, self._prev_rows,
+                                pad_to=self._graph_size(batch))
+        self._prev_rows = {batch.reqs[r].rid: j for j, r in enumerate(inp.emit_rows.tolist())}
+        return inp
+
+    @torch.inference_mode()
+    def execute(self, inp: StepInputs, start: float = 0.0, batch: Batch | None = None,
+                t0: float | None = None, host_tokens: bool = True) -> InFlight:
+        """Enqueue the step ``inp``; ``host_tokens=False`` skips the copy of the sampled tokens
+        to the host (a follower rank keeps them on the device for the next step only)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        bs = inp.graph_bs
         fl = InFlight(batch=batch, inputs=inp, tokens_host=None, start=start, launch_s=0.0, used_graph=bs > 0)
         waited = 0.0
         if self.cuda:
             if self._plan_evt is not None:  # the previous plan's host→device copies have executed
                 tw = time.perf_counter()
-                self._plan_evt.synchronize()
+                self.wait_event(self._plan_evt)
                 waited = time.perf_counter() - tw
             fl.start_evt = torch.cuda.Event(enable_timing=True)
             fl.end_evt = torch.cuda.Event(enable_timing=True)
@@ -97,8 +122,8 @@ class ModelRunner:
             self._plan_evt = torch.cuda.Event()
             self._plan_evt.record()
         if bs:
-            logits = self.graphs.replay(bs)[: len(batch)]
-            if inp.num_emit != len(batch):
+            logits = self.graphs.replay(bs)[: inp.num_rows]
+            if inp.num_emit != inp.num_rows:
                 logits = logits[torch.from_numpy(inp.emit_rows).to(self.device)]
         else:
             ctx = ForwardContext(positions=v["positions"], slots=v["slots"], attn=self.attn)
@@ -107,14 +132,13 @@ class ModelRunner:
         if inp.num_emit:
             tokens = self.sampler.sample(logits, inp.sampling)
             self._prev_tokens = tokens
-            self._prev_rows = {batch.reqs[r].rid: j for j, r in enumerate(inp.emit_rows.tolist())}
-            if self.cuda:
+            if host_tokens and self.cuda:
                 host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
                 fl.tokens_host = host.copy_(tokens, non_blocking=True)
-            else:
+            elif host_tokens:
                 fl.tokens_host = tokens
         else:
-            self._prev_tokens, self._prev_rows = None, {}
+            self._prev_tokens = None
         if self.cuda:
             fl.end_evt.record()
             fl.launch_s = time.perf_counter() - t0 - waited  # host work only, not device waits
@@ -122,11 +146,11 @@ class ModelRunner:
 
     def finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
         if self.cuda:
-            fl.end_evt.synchronize()
+            self.wait_event(fl.end_evt)
             duration = fl.start_evt.elapsed_time(fl.end_evt) / 1e3
         else:
             duration = time.perf_counter() - fl.t_begin
-        out = np.full(len(fl.batch), -1, dtype=np.int64)
+        out = np.full(fl.inputs.num_rows, -1, dtype=np.int64)
         if fl.tokens_host is not None:
             out[fl.inputs.emit_rows] = fl.tokens_host.numpy()
         return out, duration

@@ -23,7 +23,9 @@ class StepInputs:
     ``logits_idx`` (``num_emit``), ``ph_idx`` and ``ph_src`` (``num_ph`` each). ``ids`` holds -1 at
     placeholder tokens; on device ``ids[ph_idx] = previous_step_tokens[ph_src]``. Rows beyond the
     real batch (CUDA-graph padding) read and write the pool's scratch page. ``emit_rows`` are the
-    batch rows that sample, in logits order.
+    batch rows that sample, in logits order. ``num_rows`` is the batch size and ``graph_bs`` the
+    CUDA-graph size the step replays (0: eager). The object references no `Req`, so it fully
+    describes a step to a tensor-parallel rank that holds no scheduler.
     """
 
     packed: torch.Tensor
@@ -34,6 +36,8 @@ class StepInputs:
     emit_rows: np.ndarray
     attn: AttentionInputs
     sampling: SamplingBatch | None
+    num_rows: int = 0
+    graph_bs: int = 0
 
     def views(self, dev_packed: torch.Tensor) -> dict[str, torch.Tensor]:
         t, e, p = self.num_padded, self.num_emit, self.num_ph
@@ -119,4 +123,5 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
         sampling = SamplingBatch.from_params([reqs[i].params for i in emit_rows.tolist()],
                                              [batch.out_pos[i] for i in emit_rows.tolist()])
     return StepInputs(packed=packed, num_tokens=t, num_padded=tp, num_emit=int(emit_rows.size),
-                      num_ph=int(ph_idx.size), emit_rows=emit_rows, attn=attn, sampling=sampling)
+                      num_ph=int(ph_idx.size), emit_rows=emit_rows, attn=attn, sampling=sampling,
+                      num_rows=b, graph_bs=pad_to)

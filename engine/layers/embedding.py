@@ -8,6 +8,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from twinserve.engine.layers.lazy_tensor import LazySlice, as_tensor
 from twinserve.engine.layers.parallel import SINGLE, TPGroup
 
 
@@ -30,14 +31,14 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size, dtype=dtype), requires_grad=False)
         self.weight.weight_loader = self.weight_loader  # type: ignore[attr-defined]
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: Any = None) -> None:
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor | LazySlice, shard_id: Any = None) -> None:
         if loaded.shape[0] != self.vocab_size:
             raise ValueError(f"embedding has {loaded.shape[0]} rows, expected vocab_size {self.vocab_size}")
         end = min(self.vocab_start + self.local_vocab, self.vocab_size)
         n = max(0, end - self.vocab_start)
         param.data.zero_()
         if n:
-            param.data[:n].copy_(loaded[self.vocab_start:end])
+            param.data[:n].copy_(as_tensor(loaded.narrow(0, self.vocab_start, n)))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:

@@ -21,8 +21,8 @@ class TPGroup:
     Contract: ``all_reduce(x)`` returns the element-wise sum of ``x`` over all ranks (row-parallel
     linears, vocab-parallel embedding); ``all_gather(x)`` concatenates ``x`` over ranks along the
     last dimension, in rank order (vocab-parallel LM head). With ``size == 1`` both are the
-    identity and no layer calls them. A later TP implementation supplies torch.distributed-backed
-    callables here; layers never talk to torch.distributed themselves.
+    identity and no layer calls them. `twinserve.engine.tp.comm.group_over` supplies
+    torch.distributed-backed callables; layers never talk to torch.distributed themselves.
     """
 
     rank: int = 0

@@ -1,0 +1,110 @@
+"""`RankExecutor`: one tensor-parallel rank's share of an engine (no scheduler).
+
+Rank 0's `Engine` and every follower rank (engine/tp/follower.py) build exactly this object from
+the same `EngineConfig`, so all ranks hold matching shards, pools and captured graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from twinserve.core.config import SchedulerConfig
+from twinserve.engine.attention import ATTENTION, AttentionSpec
+from twinserve.engine.config import EngineConfig
+from twinserve.engine.kv_pool import KVGeometry, KVPool
+from twinserve.engine.layers.kernels import KERNELS
+from twinserve.engine.layers.linear import kv_head_layout
+from twinserve.engine.layers.parallel import SINGLE, TPGroup
+from twinserve.engine.loader import load_weights
+from twinserve.engine.memory_plan import activation_reserve, plan_num_pages
+from twinserve.engine.model_config import ModelConfig, parse_dtype
+from twinserve.engine.models import build_model
+from twinserve.engine.runner import ModelRunner, synchronize_event
+from twinserve.engine.sampler import Sampler
+
+
+def resolve_device(name: str, rank: int = 0) -> torch.device:
+    """The device of tensor-parallel ``rank``: "auto" → cuda:rank if CUDA is available else cpu;
+    "cuda" → cuda:rank; "cuda:i" → cuda:(i + rank); "cpu" → cpu (every rank)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(name)
+    if dev.type != "cuda":
+        return dev
+    return torch.device("cuda", (dev.index or 0) + rank)
+
+
+def model_max_len(mc: ModelConfig, cfg: EngineConfig) -> int:
+    n = mc.max_position_embeddings
+    window = mc.raw.get("sliding_window")
+    if window and mc.raw.get("use_sliding_window", True):
+        n = min(n, int(window))  # never longer than the window: no token ever slides out
+    if cfg.max_model_len:
+        n = min(n, int(cfg.max_model_len))
+    return n
+
+
+def _same(n: int) -> int:
+    return n
+
+
+class RankExecutor:
+    """Model shard, KV pool, attention backend and runner of one rank.
+
+    Contract: built from ``cfg`` and the rank's `TPGroup`; holds ``num_heads/tp`` query heads
+    and its kv heads (`kv_head_layout`) in every layer, and a KV pool of those kv heads only.
+    The pool's page count is ``agree_pages(local capacity)``: a tensor-parallel group passes
+    the minimum over ranks, so every rank's pool addresses the same page ids. ``sched_config``
+    is derived from that count identically on every rank. ``runner`` executes steps.
+    """
+
+    def __init__(self, cfg: EngineConfig, tp: TPGroup = SINGLE, rank_device: torch.device | None = None,
+                 agree_pages: Callable[[int], int] = _same,
+                 wait_event: Callable[[object], None] = synchronize_event) -> None:
+        self.cfg = cfg
+        self.tp = tp
+        self.device = rank_device or resolve_device(cfg.device, tp.rank)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(self.device)
+        self.model_config = mc = ModelConfig.from_dir(cfg.model)
+        if cfg.dtype == "auto":
+            self.dtype = parse_dtype(mc.torch_dtype) if cuda else torch.float32
+        else:
+            self.dtype = parse_dtype(cfg.dtype)
+        self.max_model_len = model_max_len(mc, cfg)
+        torch.manual_seed(cfg.seed)
+
+        attn_name = cfg.attention_backend if cfg.attention_backend != "auto" else ("flashinfer" if cuda else "torch")
+        kern_name = cfg.kernels if cfg.kernels != "auto" else ("flashinfer" if attn_name == "flashinfer" else "torch")
+        self.model = build_model(mc, KERNELS.create(kern_name), self.dtype, self.device, tp=tp,
+                                 max_positions=self.max_model_len + 1)
+        load_weights(self.model, cfg.model, cfg.load_format, cfg.seed)
+
+        local_heads = tp.shard(mc.num_heads, "num_heads")
+        _, local_kv = kv_head_layout(mc.num_kv_heads, tp)
+        sched_fields = cfg.scheduler if isinstance(cfg.scheduler, dict) else {}
+        max_tokens = int(getattr(cfg.scheduler, "max_num_batched_tokens",
+                                 sched_fields.get("max_num_batched_tokens", 8192)))
+        geom0 = KVGeometry(mc.num_layers, 0, cfg.page_size, local_kv, mc.head_dim, self.dtype)
+        local_pages = cfg.num_pages or plan_num_pages(
+            geom0, self.device, cfg.mem_fraction,
+            activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype, tp.size), cfg.cpu_kv_tokens)
+        num_pages = agree_pages(int(local_pages))
+        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device)
+        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
+
+        max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
+        spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,
+                             self.sched_config.max_running, max_pages_per_seq)
+        kw: dict[str, Any] = {}
+        if attn_name == "flashinfer":
+            kw["decode_tensor_cores"] = cfg.decode_tensor_cores
+        self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
+        self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
+                                  use_graphs=cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs),
+                                  max_graph_bs=cfg.max_graph_bs,
+                                  wait_event=wait_event)
