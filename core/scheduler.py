@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -15,6 +16,19 @@ from twinserve.core.request import PLACEHOLDER, Req, ReqState
 _RUNNING = ReqState.RUNNING
 _WAITING = ReqState.WAITING
 _FINISHED = ReqState.FINISHED
+
+
+@dataclass(frozen=True, slots=True)
+class StretchColumns:
+    """Per-step counts of a fast-forwarded decode stretch (arrays of length ``k``)."""
+
+    first_step: int
+    k: int
+    num_waiting: int
+    num_running: int
+    free_pages: np.ndarray
+    used_pages: np.ndarray
+    cached_pages: np.ndarray
 
 
 class Scheduler:
@@ -423,7 +437,8 @@ class Scheduler:
 
         Holds when no batch is in flight, every running request is decoding with ``ignore_eos``
         (or no EOS ids) and no stop ids, nothing can be admitted, and the pages those steps need
-        are free without eviction. Assumes no arrival during the stretch (the caller's ``limit``).
+        are free or evictable from the prefix cache (no preemption). Assumes no arrival during
+        the stretch (the caller's ``limit``).
         """
         self._clean()
         if limit < 1 or self._inflight:
@@ -450,18 +465,18 @@ class Scheduler:
         if k < 1:
             return 0
         c, npg = self._stretch_arrays()
-        free = self.allocator.free_count
+        avail = self.allocator.free_count + self.cache.evictable_pages
         ps = cfg.page_size
 
         def pages_needed(steps: int) -> int:
             return int(np.maximum(0, -(-(c + steps) // ps) - npg).sum())
 
-        if pages_needed(k) <= free:
+        if pages_needed(k) <= avail:
             return k
-        lo, hi = 0, k  # pages_needed(lo) <= free < pages_needed(hi)
+        lo, hi = 0, k  # pages_needed(lo) <= avail < pages_needed(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if pages_needed(mid) <= free:
+            if pages_needed(mid) <= avail:
                 lo = mid
             else:
                 hi = mid
@@ -486,39 +501,32 @@ class Scheduler:
             for j in range(1, k + 1)
         ]
 
-    def advance_decodes(self, starts: np.ndarray, durations: np.ndarray,
-                        cpu_s: float | np.ndarray = 0.0, replica: int = 0) -> list[StepRecord]:
-        """Apply ``len(starts)`` decode steps at once, exactly as that many schedule()/complete()
-        pairs would (token values from ``output_hint``, else 0; each token stamped at its step's
-        end). Only valid for ``k <= decode_stretch(...)``."""
-        k = len(starts)
-        if k == 0:
-            return []
-        starts = np.asarray(starts, dtype=np.float64)
-        ends = starts + np.asarray(durations, dtype=np.float64)
-        cpu = np.broadcast_to(np.asarray(cpu_s, dtype=np.float64), (k,))
-        feats = self.stretch_features(k)
+    def advance_decodes_columns(self, ends: np.ndarray) -> StretchColumns:
+        """Apply ``len(ends)`` decode steps at once, exactly as that many schedule()/complete()
+        pairs would: the same pages are taken (cached prefixes evicted in the same LRU order when
+        the free list runs dry), token values come from ``output_hint`` (else 0) and each token
+        is stamped with its step's end. Valid only for ``len(ends) <= decode_stretch(...)``.
+        Returns the per-step queue and page counts as columns."""
+        k = len(ends)
         running = self.running
         ps = self.config.page_size
-        # page allocations in the order step-by-step would make them: by step, then running order
+        # page needs in the order step-by-step makes them: by step, then running order
         events: list[tuple[int, int]] = []
         for idx, r in enumerate(running):
-            have = len(r.pages)
             c = r.num_computed
-            for j in range(1, k + 1):
-                need = -(-(c + j) // ps)
-                if need > have:
-                    events.append((j, idx))
-                    have = need
-        events.sort()
-        new_pages = self.allocator.alloc(len(events))
+            for q in range(len(r.pages), -(-(c + k) // ps)):
+                events.append((q * ps - c + 1, idx))  # page q is first written at step q*ps-c+1
         per_step = np.zeros(k + 1, dtype=np.int64)
-        for (j, idx), page in zip(events, new_pages):
-            running[idx].pages.append(page)
-            per_step[j] += 1
-        free0 = self.allocator.free_count + len(events)
-        cached = self.cache.num_pages
-        total = self.config.num_pages
+        free0 = self.allocator.free_count
+        cached0 = self.cache.num_pages
+        if events:
+            events.sort()
+            short = len(events) - free0
+            if short > 0:
+                self.allocator.free(self.cache.evict(short))
+            for (j, idx), page in zip(events, self.allocator.alloc(len(events))):
+                running[idx].pages.append(page)
+                per_step[j] += 1
         on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
         for r in running:
             first = r.num_tokens - r.prompt_len
@@ -536,17 +544,33 @@ class Scheduler:
             if on_compute is not None:
                 for _ in range(k):
                     on_compute(r, 0, 1)
-        records: list[StepRecord] = []
-        nw = len(self.waiting)
-        b = len(running)
-        used_free = free0
-        for j in range(1, k + 1):
-            used_free -= int(per_step[j])
-            self._step += 1
-            records.append(StepRecord(self._step, float(starts[j - 1]), float(ends[j - 1] - starts[j - 1]),
-                                      feats[j - 1], nw, b, used_free, total - used_free - cached,
-                                      cached, 0, float(cpu[j - 1]), replica))
-        return records
+        # free pages shrink by each step's allocations; once none are free, every allocation
+        # evicts one cached page instead
+        alloc_cum = np.cumsum(per_step[1:])
+        free = np.maximum(free0 - alloc_cum, 0)
+        evicted = np.maximum(alloc_cum - free0, 0)
+        cached = cached0 - evicted
+        total = self.config.num_pages
+        first_step = self._step + 1
+        self._step += k
+        return StretchColumns(first_step, k, len(self.waiting), len(running), free,
+                              total - free - cached, cached)
+
+    def advance_decodes(self, starts: np.ndarray, durations: np.ndarray,
+                        cpu_s: float | np.ndarray = 0.0, replica: int = 0) -> list[StepRecord]:
+        """`advance_decodes_columns` with one `StepRecord` per step (start, duration as given)."""
+        k = len(starts)
+        if k == 0:
+            return []
+        starts = np.asarray(starts, dtype=np.float64)
+        ends = starts + np.asarray(durations, dtype=np.float64)
+        cpu = np.broadcast_to(np.asarray(cpu_s, dtype=np.float64), (k,))
+        feats = self.stretch_features(k)
+        cols = self.advance_decodes_columns(ends)
+        return [StepRecord(cols.first_step + j, float(starts[j]), float(ends[j] - starts[j]), feats[j],
+                           cols.num_waiting, cols.num_running, int(cols.free_pages[j]),
+                           int(cols.used_pages[j]), int(cols.cached_pages[j]), 0, float(cpu[j]), replica)
+                for j in range(k)]
 
     # ---- checks ----------------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -1,0 +1,124 @@
+"""Objects from a run config: model shape, hardware, workload, scheduler factory, cost model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from twinserve.core.config import SchedulerConfig
+from twinserve.core.model_shapes import ModelShape, get_shape
+from twinserve.core.workload import Workload, build as build_workload_by_name
+from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
+from twinserve.simulator.hardware import GPUSpec, get_hardware
+from twinserve.simulator.kv_plan import kv_pages
+
+CALIBRATIONS_DIR = Path(__file__).parent / "calibrations"
+
+
+def plain(node: Any) -> Any:
+    """An OmegaConf node (or anything) as plain dicts and lists, resolved."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(node, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return node
+
+
+def no_nulls(d: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in dict(d or {}).items() if v is not None}
+
+
+def model_shape(model: Mapping[str, Any]) -> ModelShape:
+    """``model.path`` (a directory or a config.json) read through `ModelShape.from_hf_config`,
+    else the named preset."""
+    path = model.get("path")
+    if path:
+        p = Path(path)
+        p = p / "config.json" if p.is_dir() else p
+        return ModelShape.from_hf_config(json.loads(p.read_text()), name=str(model["name"]))
+    return get_shape(str(model["name"]))
+
+
+def hardware_spec(hw: Mapping[str, Any]) -> GPUSpec:
+    return get_hardware(str(hw["name"]), **{k: v for k, v in hw.items() if k != "name"})
+
+
+def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
+    """The workload named ``wl.name`` with the remaining non-null keys as builder kwargs, token
+    ids drawn from the model's vocabulary."""
+    kwargs = no_nulls({k: v for k, v in wl.items() if k != "name"})
+    return build_workload_by_name(str(wl["name"]), **kwargs).with_vocab(vocab_size)
+
+
+def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:
+    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size) and the model's
+    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
+    knobs = {f.name for f in fields(SchedulerConfig)}
+    values = {k: v for k, v in cfg["scheduler"].items() if k in knobs}
+    kv = cfg.get("kv", {})
+    page_size = int(values.get("page_size", 16))
+    num_pages = kv.get("num_pages") or kv_pages(shape, hw, int(cfg.get("tp", 1)), page_size,
+                                                float(kv.get("mem_fraction", 0.9)),
+                                                int(kv.get("dtype_bytes", 2)))
+    values["num_pages"] = int(num_pages)
+    values["max_model_len"] = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
+    sc = SchedulerConfig(**values)
+    sc.validate()
+    return sc
+
+
+def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False) -> Callable[[], Any]:
+    """A zero-argument function that builds one fresh Scheduler per call (one per replica)."""
+    from twinserve.policies.factory import build_scheduler
+
+    def make() -> Any:
+        return build_scheduler(
+            SchedulerConfig(**{f.name: getattr(sc, f.name) for f in fields(SchedulerConfig)}),
+            scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
+            cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
+            memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
+            eos_token_ids=cfg["model"].get("eos_token_ids") or (), checked=checked)
+
+    return make
+
+
+@dataclass(frozen=True, slots=True)
+class CostChoice:
+    """The cost model a run uses and why (``source``: the calibration file, or None)."""
+
+    model: CostModel
+    name: str
+    source: str | None
+
+
+def cost_model(cm: Mapping[str, Any], shape: ModelShape, hw: GPUSpec, tp: int) -> CostChoice:
+    """Resolve ``cost_model``: ``auto`` means calibrated when a calibration file for
+    (hw.name, shape.name, tp) exists in ``experiments/calibrations`` or ``calibration_dirs``,
+    else roofline."""
+    name = str(cm["name"])
+    overlap = cm.get("overlap")
+    dirs = [*(cm.get("calibration_dirs") or []), CALIBRATIONS_DIR]
+    path = cm.get("path")
+    if name in ("auto", "calibrated") and not path:
+        found = find_calibration(hw.name, shape.name, tp, dirs)
+        path = str(found) if found else None
+        if name == "calibrated" and path is None:
+            raise FileNotFoundError(f"no calibration for (gpu={hw.name}, model={shape.name}, tp={tp}) "
+                                    f"in {[str(d) for d in dirs]}; use cost_model=roofline")
+    if name == "auto":
+        name = "calibrated" if path else "roofline"
+    if name == "calibrated":
+        model = COST_MODELS.create("calibrated", calibration=path, overlap=overlap)
+        return CostChoice(model, name, path)
+    if name == "roofline":
+        kw = no_nulls(cm.get("roofline"))
+        if overlap is not None:
+            kw["overlap"] = overlap
+        return CostChoice(COST_MODELS.create("roofline", shape=shape, hardware=hw, tp=tp, **kw), name, None)
+    kwargs = no_nulls({k: v for k, v in cm.items() if k not in ("name", "calibration_dirs", "path")})
+    return CostChoice(COST_MODELS.create(name, **kwargs), name, None)

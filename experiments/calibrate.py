@@ -1,0 +1,171 @@
+"""Calibration command: profile the engine (or read step records) and fit the cost model.
+
+    python -m twinserve.experiments.calibrate --model qwen3-0.6b --device cuda \
+        --out experiments/calibrations/h200_qwen3-0.6b_tp1.json          # profile + fit
+    python -m twinserve.experiments.calibrate --from-steps steps.parquet --gpu h200 \
+        --model qwen3-0.6b --out cal.json                                 # refit records
+
+The file's ``provenance`` names (gpu, model, tp) the way `find_calibration` looks them up
+(``hardware.name``, ``model.name``, ``tp``), so ``cost_model=auto`` picks it up once it lies in
+``experiments/calibrations/``. Besides each regime's held-out MAPE (from `fit_calibration`), the
+notes record the model's error on the profile's workload-replay steps alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from twinserve.simulator.cost import Provenance, fit_calibration
+from twinserve.simulator.cost.calibrated import CalibratedCostModel
+from twinserve.simulator.cost.calibration import Calibration
+from twinserve.simulator.cost.fit import regime_of, term_matrix
+
+
+def engine_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("twinserve")
+    except Exception:  # noqa: BLE001  (not installed as a distribution)
+        return "unknown"
+
+
+def gpu_key(device_name: str) -> str:
+    """A hardware preset name (``h200``, ``h100``, ``cpu``) from a device name, else the name
+    lower-cased with spaces as dashes."""
+    n = device_name.lower()
+    for key in ("h200", "h100", "a100", "l40s"):
+        if key in n:
+            return key
+    return "cpu" if n in ("cpu", "") else n.replace(" ", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class RegimeError:
+    """Error of a calibration on a set of step rows of one regime: MAPE, signed mean error of
+    the summed time (bias), and the row count."""
+
+    regime: str
+    mape: float
+    bias: float
+    n: int
+
+
+def step_errors(cal: Calibration, steps: pd.DataFrame) -> list[RegimeError]:
+    """Per-regime MAPE and total-time bias of ``cal`` against measured ``steps.duration``."""
+    if steps.empty:
+        return []
+    reg = regime_of(steps).to_numpy()
+    y = steps["duration"].to_numpy(np.float64)
+    out = []
+    for name, fit in cal.regimes.items():
+        sel = reg == name
+        if not sel.any():
+            continue
+        pred = term_matrix(steps.loc[sel], fit.terms) @ np.asarray(fit.coef)
+        out.append(RegimeError(name, float(np.mean(np.abs(pred - y[sel]) / y[sel])),
+                               float(pred.sum() / y[sel].sum() - 1.0), int(sel.sum())))
+    if "mixed" not in cal.regimes and (reg == "mixed").any():
+        sel = reg == "mixed"
+        fit = cal.regimes["prefill"]
+        pred = term_matrix(steps.loc[sel], fit.terms) @ np.asarray(fit.coef)
+        out.append(RegimeError("mixed", float(np.mean(np.abs(pred - y[sel]) / y[sel])),
+                               float(pred.sum() / y[sel].sum() - 1.0), int(sel.sum())))
+    return out
+
+
+def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
+                    command: str, notes: dict[str, Any] | None = None, holdout: float = 0.2,
+                    seed: int = 0) -> Calibration:
+    """Fit a `Calibration` on step rows; non-positive durations are dropped. The notes (JSON)
+    carry ``notes`` plus the error on the replay rows (``phase == "replay"``) when present."""
+    steps = steps[steps["duration"] > 0].reset_index(drop=True)
+    prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
+                      date=dt.date.today().isoformat(), command=command)
+    cal = fit_calibration(steps, prov, overlap=overlap, holdout=holdout, seed=seed)
+    extra = dict(notes or {})
+    extra["rows"] = int(len(steps))
+    if "phase" in steps:
+        extra["rows_by_phase"] = {str(k): int(v) for k, v in steps["phase"].value_counts().items()}
+        rep = steps[steps["phase"] == "replay"]
+        extra["replay_error"] = {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n}
+                                 for e in step_errors(cal, rep)}
+    cal.provenance.notes = json.dumps(extra, sort_keys=True, default=str)
+    return cal
+
+
+def summary_lines(cal: Calibration) -> list[str]:
+    lines = [f"calibration {cal.provenance.gpu}/{cal.provenance.model}/tp{cal.provenance.tp}:"]
+    for name, fit in cal.regimes.items():
+        mape = "n/a" if fit.mape is None else f"{100 * fit.mape:.2f}%"
+        lines.append(f"  {name:8s} held-out MAPE {mape} (train {fit.n}, test {fit.n_test})")
+    cpu_mape = "n/a" if cal.cpu.mape is None else f"{100 * cal.cpu.mape:.2f}%"
+    lines.append(f"  cpu      held-out MAPE {cpu_mape} (host time), overlap={cal.cpu.overlap}")
+    notes = json.loads(cal.provenance.notes or "{}")
+    for name, e in (notes.get("replay_error") or {}).items():
+        lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from twinserve.engine.profiler import build_parser as profiler_parser
+
+    ap = profiler_parser()
+    ap.description = "Profile the engine and fit a calibration file (or refit step records)."
+    ap.add_argument("--from-steps", default=None, help="fit these step records instead of profiling")
+    ap.add_argument("--steps-out", default=None, help="also keep the profiled steps here (parquet)")
+    ap.add_argument("--gpu", default=None, help="hardware name in the provenance (default: from the device)")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
+                    help="whether host time hides behind device time (auto: the engine's mode)")
+    ap.add_argument("--holdout", type=float, default=0.2)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> Calibration:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    command = "python -m twinserve.experiments.calibrate " + " ".join(shlex.quote(a) for a in argv)
+    if args.from_steps:
+        steps = pd.read_parquet(args.from_steps)
+        info: dict[str, Any] = {"from_steps": str(args.from_steps)}
+        model = Path(args.model).name if Path(args.model).is_dir() else args.model
+        gpu = args.gpu or "cpu"
+        dtype = args.dtype if args.dtype != "auto" else "unknown"
+        overlap = args.overlap != "off"
+    else:
+        from twinserve.engine.profiler import profile_from_args
+
+        res, model = profile_from_args(args)
+        steps, info = res.steps, dict(res.info)
+        gpu = args.gpu or gpu_key(str(info.get("gpu_name", "cpu")))
+        dtype = str(info.get("dtype", "unknown"))
+        overlap = bool(info.get("overlap")) if args.overlap == "auto" else args.overlap == "on"
+        if args.steps_out:
+            Path(args.steps_out).parent.mkdir(parents=True, exist_ok=True)
+            steps.to_parquet(args.steps_out, index=False)
+    if args.overlap != "auto":
+        overlap = args.overlap == "on"
+    cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info,
+                          holdout=args.holdout, seed=args.seed)
+    out = Path(args.out or f"{args.work_dir}/{gpu}_{model}_tp{args.tp}.json")
+    cal.save(out)
+    CalibratedCostModel(out)  # the simulator can read what was written
+    print("\n".join(summary_lines(cal)))
+    print(f"wrote {out}")
+    return cal
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""`run_experiment`: one resolved config -> requests.parquet, steps.parquet, summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from twinserve.core.metrics import format_summary, summarize
+from twinserve.experiments.backends import BACKENDS, BackendResult, RunContext
+from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain
+
+REQUESTS_FILE = "requests.parquet"
+STEPS_FILE = "steps.parquet"
+SUMMARY_FILE = "summary.json"
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN and inf become null (strict JSON); numpy scalars become Python numbers."""
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _progress(setting: Any) -> bool:
+    return sys.stderr.isatty() if setting is None else bool(setting)
+
+
+def run_metadata(cfg: Mapping[str, Any], ctx: RunContext, workload: Any) -> dict[str, Any]:
+    """The facts of a run that identify it (identical for identical configs)."""
+    return {
+        "backend": cfg["backend"]["name"], "model": ctx.shape.name, "hardware": ctx.hardware.name,
+        "tp": cfg.get("tp", 1), "replicas": cfg.get("replicas", 1), "router": cfg.get("router"),
+        "scheduler": cfg["scheduler"]["name"], "memory": cfg["memory"]["name"],
+        "cache": cfg["cache"]["name"], "seed": cfg.get("seed", 0),
+        "workload": {"name": cfg["workload"]["name"], "label": workload.name, **workload.stats()},
+    }
+
+
+def requests_table(df: pd.DataFrame) -> pa.Table:
+    """The requests frame as an Arrow table; ``token_times`` (one float64 array per row) becomes
+    a list<double> column built from one flat buffer (no per-token Python objects)."""
+    if "token_times" not in df:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    times = [np.asarray(t, dtype=np.float64) if t is not None else np.empty(0) for t in df["token_times"]]
+    offsets = np.zeros(len(times) + 1, dtype=np.int64)
+    np.cumsum([t.size for t in times], out=offsets[1:])
+    flat = np.concatenate(times) if times else np.empty(0)
+    table = pa.Table.from_pandas(df.drop(columns="token_times"), preserve_index=False)
+    if offsets[-1] < 2**31:
+        col = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat))
+    else:
+        col = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
+    return table.add_column(list(df.columns).index("token_times"), "token_times", col)
+
+
+def write_outputs(out_dir: Path, result: BackendResult, summary: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(requests_table(result.requests), out_dir / REQUESTS_FILE)
+    result.steps.to_parquet(out_dir / STEPS_FILE, index=False)
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+
+
+def run_experiment(cfg_node: Any, out_dir: str | Path) -> dict[str, Any]:
+    """Build the workload and the backend from ``cfg_node`` (a DictConfig or a plain mapping),
+    run it, write the three files into ``out_dir``, print the summary table, return the summary.
+
+    summary.json: the vLLM benchmark keys of `core.metrics.summarize` at top level, ``run`` (what
+    ran: backend, model, hardware, policies, workload; plus backend facts such as the cost model),
+    ``over_long`` (requests whose prompt + output exceed max_model_len: count and first ids; they
+    are reported, not trimmed) and ``timing`` (wall time, simulation speed: the only part that
+    differs between two identical runs).
+    """
+    t0 = time.perf_counter()
+    cfg = plain(cfg_node)
+    out = Path(out_dir)
+    shape = model_shape(cfg["model"])
+    hw = hardware_spec(cfg["hardware"])
+    ctx = RunContext(cfg, shape, hw, out, _progress(cfg.get("progress")))
+    workload = build_workload(cfg["workload"], shape.vocab_size)
+    max_len = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
+    over = workload.over_long(max_len)
+    if over:
+        print(f"[twinserve] {len(over)} request(s) exceed max_model_len={max_len} and are not run "
+              f"(not trimmed); first ids: {over[:10]}", file=sys.stderr)
+    backend = BACKENDS.create(str(cfg["backend"]["name"]))
+    result = backend.run(ctx, workload)
+    slo = cfg.get("slo") or {}
+    summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
+                                        slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
+    summary["run"] = {**run_metadata(cfg, ctx, workload), **result.meta}
+    summary["over_long"] = {"max_model_len": max_len, "count": len(over), "first_ids": over[:10]}
+    summary["rejected"] = {"count": len(result.rejected),
+                           "first": [{"rid": r, "reason": why} for r, why in result.rejected[:10]]}
+    summary["timing"] = {**result.timing, "run_wall_s": time.perf_counter() - t0}
+    write_outputs(out, result, summary)
+    if cfg.get("print_summary", True):
+        title = f"{summary['run']['backend']}: {shape.name} on {hw.name}, {workload.name}"
+        print(format_summary(_numbers_only(summary), title=title[:48]))
+        print(f"outputs: {out}")
+    return summary
+
+
+def _numbers_only(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if not isinstance(v, dict)}
+
+
+def load_run(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The three files of a run folder: (requests, steps, summary)."""
+    d = Path(out_dir)
+    return (pd.read_parquet(d / REQUESTS_FILE), pd.read_parquet(d / STEPS_FILE),
+            json.loads((d / SUMMARY_FILE).read_text()))

@@ -1,0 +1,133 @@
+"""The cost-model interface: batch features in, seconds out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from twinserve.core.batch import BatchFeatures
+from twinserve.core.registry import Registry
+
+# The elementwise maximum a formula uses: builtin ``max`` on floats, ``np.maximum`` on arrays.
+Max = Callable[[Any, Any], Any]
+
+
+def _as_column(v: Any, size: int) -> np.ndarray:
+    """A formula's result as a float64 array of ``size`` (a scalar result is repeated)."""
+    if isinstance(v, np.ndarray) and v.shape == (size,) and v.dtype == np.float64:
+        return v
+    return np.full(size, v, dtype=np.float64) if np.ndim(v) == 0 else np.asarray(v, np.float64)
+
+
+class FeatureColumns:
+    """The features of several steps as one float64 array per ``BatchFeatures`` field.
+
+    It quacks like a ``BatchFeatures`` (same attribute names), so a cost formula written once
+    evaluates one step (on a ``BatchFeatures``) or many (on ``FeatureColumns``) with the same
+    IEEE operations in the same order: both paths give bit-identical times.
+    """
+
+    def __init__(self, feats: Sequence[BatchFeatures]) -> None:
+        names = BatchFeatures.names()
+        data = np.array([[getattr(f, n) for n in names] for f in feats], dtype=np.float64)
+        data = data.reshape(len(feats), len(names))
+        for i, n in enumerate(names):
+            setattr(self, n, data[:, i])
+        self.size = len(feats)
+
+    @classmethod
+    def arithmetic(cls, first: BatchFeatures, second: BatchFeatures, j0: int, m: int) -> "FeatureColumns":
+        """Steps ``j0 .. j0+m-1`` of a sequence whose features grow linearly: step ``j`` is
+        ``first + j * (second - first)`` field by field (a fast-forward decode stretch: every
+        sequence gains one token per step). Integer arithmetic, then one conversion to float;
+        a field that does not change stays a Python float (formulas broadcast it)."""
+        self = cls.__new__(cls)
+        j: np.ndarray | None = None
+        for n in BatchFeatures.names():
+            a, b = getattr(first, n), getattr(second, n)
+            if a == b:
+                setattr(self, n, float(a))
+                continue
+            if j is None:
+                j = np.arange(j0, j0 + m, dtype=np.int64)
+            setattr(self, n, (a + (b - a) * j).astype(np.float64))
+        self.size = m
+        return self
+
+    def column(self, name: str) -> np.ndarray | float:
+        """A field's values: an array, or one float when every step has the same value."""
+        return getattr(self, name)
+
+
+class FeatureScalars:
+    """One step's features as Python floats (so integer products round like the vector path)."""
+
+    __slots__ = tuple(BatchFeatures.names())
+
+    def __init__(self, f: BatchFeatures) -> None:
+        for n in self.__slots__:
+            setattr(self, n, float(getattr(f, n)))
+
+
+class CostModel(ABC):
+    """How long one scheduler step takes on a backend that does not exist here.
+
+    Contract:
+    - ``_gpu(x, mx)`` / ``_cpu(x, mx)`` are the model, written once over ``x`` (a
+      ``BatchFeatures`` or ``FeatureColumns``) with ``mx`` as elementwise max; they use only
+      + - * / and max, so scalar and vector evaluation agree bit for bit.
+    - ``step_time(f)`` is the device (GPU) time of one step, ``cpu_time(f)`` the host time the
+      scheduler and input preparation take for it. ``overlap`` says whether the host prepares step
+      k+1 while the device runs step k: the step's wall time is then ``max(gpu, cpu)``, otherwise
+      ``gpu + cpu`` (``wall_time``).
+    - ``noise_quantiles()`` returns (levels, multiplicative factors) of the model's residual
+      distribution, or None; the simulator draws noise from it on its own random stream.
+    - A model is immutable after construction and holds no random state.
+    """
+
+    overlap: bool = True
+
+    @abstractmethod
+    def _gpu(self, x: Any, mx: Max) -> Any: ...
+
+    def _cpu(self, x: Any, mx: Max) -> Any:
+        return x.num_seqs * 0.0
+
+    # ---- one step -----------------------------------------------------------------------
+    def step_time(self, f: BatchFeatures) -> float:
+        return float(self._gpu(FeatureScalars(f), max))
+
+    def cpu_time(self, f: BatchFeatures) -> float:
+        return float(self._cpu(FeatureScalars(f), max))
+
+    def step_costs(self, f: BatchFeatures) -> tuple[float, float]:
+        """``(step_time(f), cpu_time(f))`` with one conversion of the features."""
+        x = FeatureScalars(f)
+        return float(self._gpu(x, max)), float(self._cpu(x, max))
+
+    def wall_time(self, gpu: float, cpu: float) -> float:
+        return max(gpu, cpu) if self.overlap else gpu + cpu
+
+    # ---- many steps (fast-forward) --------------------------------------------------------
+    def step_times(self, feats: Sequence[BatchFeatures] | FeatureColumns) -> np.ndarray:
+        cols = feats if isinstance(feats, FeatureColumns) else FeatureColumns(feats)
+        return _as_column(self._gpu(cols, np.maximum), cols.size)
+
+    def cpu_times(self, feats: Sequence[BatchFeatures] | FeatureColumns) -> np.ndarray:
+        cols = feats if isinstance(feats, FeatureColumns) else FeatureColumns(feats)
+        return _as_column(self._cpu(cols, np.maximum), cols.size)
+
+    def wall_times(self, gpu: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+        return np.maximum(gpu, cpu) if self.overlap else gpu + cpu
+
+    def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Metadata for summary.json (name and parameters)."""
+        return {"name": type(self).__name__}
+
+
+COST_MODELS: Registry[CostModel] = Registry("cost model")

@@ -1,0 +1,70 @@
+"""`calibrated`: step time from a calibration file fitted on the real engine's step records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twinserve.simulator.cost.base import COST_MODELS, CostModel, Max
+from twinserve.simulator.cost.calibration import Calibration, LinearFit
+
+
+def _linear(fit: LinearFit, x: Any) -> Any:
+    """sum(coef[i] * term[i]) in a fixed order; terms are "1", "f" or "f*g"."""
+    acc: Any = x.num_seqs * 0.0
+    for term, c in zip(fit.terms, fit.coef):
+        if term == "1":
+            acc = acc + float(c)
+            continue
+        names = term.split("*")
+        v = getattr(x, names[0])
+        for n in names[1:]:
+            v = v * getattr(x, n)
+        acc = acc + v * float(c)
+    return acc
+
+
+@COST_MODELS.register("calibrated")
+class CalibratedCostModel(CostModel):
+    """Per-regime linear models read from a ``Calibration`` (see calibration.py for the format).
+
+    A step's regime is ``decode`` (no prefill chunk), ``prefill`` (no decode) or ``mixed`` (both;
+    the prefill fit when the file has no mixed fit). Device time = the regime's linear model,
+    floored at ``min_step_s``; host time = the file's cpu model; ``overlap`` comes from the file
+    unless overridden. ``noise_quantiles`` exposes the file's residual quantiles.
+    """
+
+    def __init__(self, calibration: Calibration | str | Path, overlap: bool | None = None,
+                 min_step_s: float = 1e-6) -> None:
+        cal = calibration if isinstance(calibration, Calibration) else Calibration.load(calibration)
+        self.calibration = cal
+        self.source = None if isinstance(calibration, Calibration) else str(calibration)
+        self.overlap = cal.cpu.overlap if overlap is None else bool(overlap)
+        self._decode = cal.regimes["decode"]
+        self._prefill = cal.regimes["prefill"]
+        self._mixed = cal.regimes.get("mixed", self._prefill)
+        self._min = float(min_step_s)
+
+    def _gpu(self, x: Any, mx: Max) -> Any:
+        any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
+        any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
+        t = (_linear(self._decode, x) * (1.0 - any_prefill)
+             + _linear(self._prefill, x) * (any_prefill * (1.0 - any_decode))
+             + _linear(self._mixed, x) * (any_prefill * any_decode))
+        return mx(t, self._min)
+
+    def _cpu(self, x: Any, mx: Max) -> Any:
+        return mx(_linear(self.calibration.cpu, x), 0.0)
+
+    def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
+        r = self.calibration.residuals
+        return np.asarray(r.levels, dtype=np.float64), np.asarray(r.ratio, dtype=np.float64)
+
+    def describe(self) -> dict[str, Any]:
+        p = self.calibration.provenance
+        return {"name": "calibrated", "source": self.source, "gpu": p.gpu, "model": p.model,
+                "tp": p.tp, "engine_version": p.engine_version, "date": p.date,
+                "mape": {k: v.mape for k, v in self.calibration.regimes.items()},
+                "overlap": self.overlap}

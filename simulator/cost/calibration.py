@@ -1,0 +1,180 @@
+"""The calibration file: a fitted step-time model for one (GPU, model, TP), stored as JSON.
+
+Format (``version`` 1), one JSON object::
+
+    {
+      "version": 1,
+      "provenance": {"gpu": "h200", "model": "llama3-8b", "tp": 1, "engine_version": "0.1.0",
+                     "dtype": "bfloat16", "date": "2025-01-31", "command": "twinserve-profile ...",
+                     "notes": ""},
+      "features": ["num_seqs", "new_tokens", ...],          # BatchFeatures fields the terms use
+      "regimes": {                                          # "decode" and "prefill" required
+        "decode":  {"terms": ["1", "num_seqs", "decode_ctx", "padded_decodes"],
+                    "coef":  [0.0041, 1.1e-6, 2.4e-10, 3.0e-7],     # seconds per unit of term
+                    "mape": 0.021, "n": 1800, "n_test": 360},
+        "prefill": {...}, "mixed": {...}                    # "mixed" optional: falls back to prefill
+      },
+      "cpu": {"terms": ["1", "num_seqs"], "coef": [2e-4, 3e-6], "overlap": true,
+              "mape": 0.1, "n": 1800},
+      "residuals": {"levels": [0.0, 0.01, ..., 1.0], "ratio": [0.93, 0.96, ..., 1.12]}
+    }
+
+A term is ``"1"``, a feature name, or a product of feature names ``"a*b"``; a regime's prediction is
+``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
+``prefill`` = no decode, ``mixed`` = both. ``mape`` is the held-out mean absolute percentage error
+(as a fraction; null when not measured), ``n`` the rows fitted, ``n_test`` the held-out rows. ``residuals`` gives quantiles
+of measured / predicted device time at the listed levels (the simulator's noise draws from it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from twinserve.core.batch import BatchFeatures
+
+FORMAT_VERSION = 1
+REGIMES = ("decode", "prefill", "mixed")
+
+
+def check_terms(terms: Sequence[str]) -> None:
+    """Raise ValueError for a term that is not "1", a feature, or a product of features."""
+    known = set(BatchFeatures.names())
+    for t in terms:
+        if t == "1":
+            continue
+        bad = [p for p in t.split("*") if p not in known]
+        if bad:
+            raise ValueError(f"calibration term '{t}': unknown feature(s) {bad}; known: {sorted(known)}")
+
+
+@dataclass(slots=True)
+class Provenance:
+    """Where a calibration came from: the measured setup and the command that produced it."""
+
+    gpu: str
+    model: str
+    tp: int = 1
+    engine_version: str = ""
+    dtype: str = "bfloat16"
+    date: str = ""
+    command: str = ""
+    notes: str = ""
+
+
+@dataclass(slots=True)
+class LinearFit:
+    """A linear model ``sum(coef[i] * term[i])`` (seconds) with its held-out error.
+
+    Invariant: ``len(terms) == len(coef)``; every term passes ``check_terms``.
+    """
+
+    terms: list[str]
+    coef: list[float]
+    mape: float | None = None
+    n: int = 0
+    n_test: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.terms) != len(self.coef):
+            raise ValueError(f"{len(self.terms)} terms but {len(self.coef)} coefficients")
+        check_terms(self.terms)
+
+
+@dataclass(slots=True)
+class CpuFit(LinearFit):
+    """The per-step host time model and whether overlap scheduling hides it."""
+
+    overlap: bool = True
+
+
+@dataclass(slots=True)
+class Residuals:
+    """Quantiles of measured / predicted device time (``levels`` ascending in [0, 1])."""
+
+    levels: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    ratio: list[float] = field(default_factory=lambda: [1.0, 1.0])
+
+    def __post_init__(self) -> None:
+        if len(self.levels) != len(self.ratio) or len(self.levels) < 2:
+            raise ValueError("residuals need >= 2 levels and one ratio per level")
+        if any(b < a for a, b in zip(self.levels, self.levels[1:])) or \
+                any(b < a for a, b in zip(self.ratio, self.ratio[1:])):
+            raise ValueError("residual levels and ratios must be non-decreasing")
+
+
+@dataclass(slots=True)
+class Calibration:
+    """A fitted step-time model for one (GPU, model, TP); see the module docstring for the JSON.
+
+    Invariants: ``regimes`` holds "decode" and "prefill" (and maybe "mixed"); ``version`` is
+    ``FORMAT_VERSION``; ``features`` lists every feature any term reads.
+    """
+
+    provenance: Provenance
+    regimes: dict[str, LinearFit]
+    cpu: CpuFit
+    residuals: Residuals = field(default_factory=Residuals)
+    features: list[str] = field(default_factory=list)
+    version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != FORMAT_VERSION:
+            raise ValueError(f"calibration format version {self.version}; this code reads {FORMAT_VERSION}")
+        missing = [r for r in ("decode", "prefill") if r not in self.regimes]
+        unknown = [r for r in self.regimes if r not in REGIMES]
+        if missing or unknown:
+            raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
+        used = sorted({p for fit in [*self.regimes.values(), self.cpu] for t in fit.terms
+                       for p in t.split("*") if t != "1"})
+        self.features = sorted(set(self.features) | set(used))
+
+    # ---- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"version": d["version"], "provenance": d["provenance"], "features": d["features"],
+                "regimes": d["regimes"], "cpu": d["cpu"], "residuals": d["residuals"]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Calibration":
+        return cls(
+            version=int(d.get("version", -1)),
+            provenance=Provenance(**d["provenance"]),
+            features=list(d.get("features", [])),
+            regimes={k: LinearFit(**v) for k, v in d["regimes"].items()},
+            cpu=CpuFit(**d["cpu"]),
+            residuals=Residuals(**d.get("residuals", {})),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def matches(self, gpu: str, model: str, tp: int) -> bool:
+        p = self.provenance
+        return p.gpu == gpu and p.model == model and int(p.tp) == int(tp)
+
+
+def find_calibration(gpu: str, model: str, tp: int, dirs: Iterable[str | Path]) -> Path | None:
+    """The calibration file for (gpu, model, tp) among ``*.json`` in ``dirs`` (first match in
+    directory order, files sorted by name), or None. Files that do not parse are skipped."""
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.json")):
+            try:
+                cal = Calibration.load(path)
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+                continue
+            if cal.matches(gpu, model, tp):
+                return path
+    return None

@@ -1,0 +1,113 @@
+"""`fit_calibration`: step records (a steps.parquet frame) -> a `Calibration`."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from twinserve.simulator.cost.calibration import (
+    Calibration, CpuFit, LinearFit, Provenance, Residuals, check_terms,
+)
+from twinserve.simulator.cost.nnls import nnls
+
+DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
+    "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
+    "prefill": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx"),
+    "mixed": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
+}
+DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
+RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
+                                    0.9, 0.95, 0.98, 0.99, 1.0)
+
+
+def regime_of(df: pd.DataFrame) -> pd.Series:
+    """"decode" (no prefill chunk), "prefill" (no decode) or "mixed", per step row."""
+    has_p = df["num_prefills"].to_numpy() > 0
+    has_d = df["num_decodes"].to_numpy() > 0
+    out = np.where(has_p & has_d, "mixed", np.where(has_p, "prefill", "decode"))
+    return pd.Series(out, index=df.index)
+
+
+def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
+    cols = []
+    for t in terms:
+        if t == "1":
+            cols.append(np.ones(len(df)))
+            continue
+        v = np.ones(len(df))
+        for name in t.split("*"):
+            v = v * df[name].to_numpy(dtype=np.float64)
+        cols.append(v)
+    return np.column_stack(cols) if cols else np.zeros((len(df), 0))
+
+
+def _fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], test: np.ndarray,
+                relative: bool) -> tuple[np.ndarray, float, int, int]:
+    """NNLS on the training rows (weights 1/y when ``relative``); MAPE on the held-out rows."""
+    X = term_matrix(df, terms)
+    if test.any() and (~test).sum() >= len(terms):
+        train, held = ~test, test
+    else:  # too few rows to hold any out: the error is in-sample
+        train = held = np.ones(len(df), dtype=bool)
+        test = np.zeros(len(df), dtype=bool)
+    w = 1.0 / np.maximum(np.abs(y), 1e-12) if relative else np.ones_like(y)
+    coef = nnls(X[train] * w[train, None], y[train] * w[train])
+    pred = X[held] @ coef
+    mape = float(np.mean(np.abs(pred - y[held]) / np.maximum(np.abs(y[held]), 1e-12)))
+    return coef, mape, int(train.sum()), int(test.sum())
+
+
+def fit_calibration(
+    steps: pd.DataFrame,
+    provenance: Provenance,
+    terms: Mapping[str, Sequence[str]] | None = None,
+    cpu_terms: Sequence[str] = DEFAULT_CPU_TERMS,
+    overlap: bool = True,
+    holdout: float = 0.2,
+    seed: int = 0,
+    min_rows: int = 10,
+) -> Calibration:
+    """Fit one linear model per regime to ``steps["duration"]`` (device seconds).
+
+    ``steps`` has one row per step with the ``BatchFeatures`` columns (as written by
+    ``StepRecord.as_row``) and ``duration``; a ``cpu_s`` column, when present and non-zero, fits the
+    host-time model. Coefficients are non-negative least squares on relative error (rows weighted
+    by 1/duration), fitted on a random ``1 - holdout`` share of each regime's rows; ``mape`` is
+    measured on the rest. A regime with fewer than ``min_rows`` rows is skipped; "decode" and
+    "prefill" must both be present. Residual quantiles are of measured / predicted over all rows.
+    """
+    terms = dict(DEFAULT_TERMS if terms is None else terms)
+    for t in [*terms.values(), cpu_terms]:
+        check_terms(t)
+    rng = np.random.default_rng(seed)
+    regime = regime_of(steps).to_numpy()
+    y_all = steps["duration"].to_numpy(dtype=np.float64)
+    fits: dict[str, LinearFit] = {}
+    ratios: list[np.ndarray] = []
+    for name, rterms in terms.items():
+        sel = regime == name
+        if sel.sum() < min_rows:
+            continue
+        df = steps.loc[sel]
+        y = y_all[sel]
+        test = rng.random(len(df)) < holdout
+        coef, mape, n_train, n_test = _fit_linear(df, y, rterms, test, relative=True)
+        fits[name] = LinearFit(list(rterms), [float(c) for c in coef], mape, n_train, n_test)
+        pred = term_matrix(df, rterms) @ coef
+        ratios.append(y / np.maximum(pred, 1e-12))
+    missing = [r for r in ("decode", "prefill") if r not in fits]
+    if missing:
+        raise ValueError(f"too few step records (< {min_rows}) for regime(s) {missing}")
+    if "cpu_s" in steps and float(steps["cpu_s"].abs().sum()) > 0:
+        c = steps["cpu_s"].to_numpy(dtype=np.float64)
+        test = rng.random(len(steps)) < holdout
+        ccoef, cmape, cn, cnt = _fit_linear(steps, c, cpu_terms, test, relative=False)
+        cpu = CpuFit(list(cpu_terms), [float(v) for v in ccoef], cmape, cn, cnt, overlap=overlap)
+    else:
+        cpu = CpuFit(["1"], [0.0], None, 0, 0, overlap=overlap)
+    r = np.concatenate(ratios)
+    levels = list(RESIDUAL_LEVELS)
+    residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
+    return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals)

@@ -1,0 +1,188 @@
+"""`Replica`: one SimPy process driving one `Scheduler` through the shared loop."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Generator
+
+import numpy as np
+from simpy import Event
+
+from twinserve.core.batch import Batch, BatchFeatures
+from twinserve.core.request import Req
+from twinserve.simulator.cost.base import CostModel, FeatureColumns
+from twinserve.simulator.cost.noise import StepNoise
+from twinserve.simulator.steps_log import StepLog
+from twinserve.simulator.timing import STEP_END, At, SimEnvironment
+
+
+
+
+def batch_tokens(batch: Batch) -> list[int]:
+    """The token each request of ``batch`` samples: its trace answer at that output position
+    (``output_hint``), 0 where nothing is sampled or no answer is known."""
+    out = []
+    for r, e, p in zip(batch.reqs, batch.emits, batch.out_pos):
+        h = r.output_hint
+        out.append(int(h[p]) if e and h is not None and p < len(h) else 0)
+    return out
+
+
+class Replica:
+    """One serving replica: a scheduler, a cost model and the loop of DESIGN.md::
+
+        batch = scheduler.schedule(env.now)
+        yield env.timeout(wall time of the batch from the cost model)
+        scheduler.complete(batch, tokens, env.now)
+
+    With nothing to run it waits on an event that ``submit`` triggers. Step time: device time
+    ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
+    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says; the
+    step record's ``duration`` is the device time and ``cpu_s`` the host time.
+
+    Fast-forward (``fast_forward=True``): right after a ``complete()``, if the scheduler certifies
+    a stretch of identical decode-only steps (``decode_stretch``), the replica computes their
+    times from ``stretch_features`` and keeps the prefix of steps that all start before the next
+    arrival (``next_arrival()``), applies them with ``advance_decodes`` and sleeps once until the
+    last one ends. Start times are accumulated exactly as step-by-step SimPy would (``now + d``),
+    noise is consumed one factor per step in the same order, so the outcome is identical
+    bit for bit. ``check`` runs ``check_invariants()`` after every step.
+    """
+
+    def __init__(self, env: SimEnvironment, index: int, sched: Any, cost: CostModel,
+                 steps: StepLog, on_finish: Callable[[list[Req], int], None],
+                 next_arrival: Callable[[], float], noise: StepNoise | None = None,
+                 fast_forward: bool = True, check: bool = False, max_stretch: int = 4096) -> None:
+        self.env, self.index, self.sched, self.cost = env, index, sched, cost
+        self.steps, self.noise = steps, noise
+        self._on_finish, self._next_arrival = on_finish, next_arrival
+        self.fast_forward, self.check, self.max_stretch = fast_forward, check, max_stretch
+        self._wake: Event | None = None
+        self.busy_s = 0.0
+        self.num_stretches = 0
+        self.stretch_steps = 0
+        self.process = env.process(self._run())
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for a request (nothing it can run)."""
+        return self._wake is not None
+
+    # ---- called by the cluster ----------------------------------------------------------
+    def submit(self, req: Req) -> None:
+        """Queue ``req`` (``ValueError`` from the scheduler propagates) and wake the replica."""
+        self.sched.add(req)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def _run(self) -> Generator:
+        env, sched, cost = self.env, self.sched, self.cost
+        while True:
+            batch = sched.schedule(env.now)
+            if batch is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            start = env.now
+            gpu, cpu = cost.step_costs(batch.features())
+            if self.noise is not None:
+                gpu = gpu * self.noise.one()
+            wall = cost.wall_time(gpu, cpu)
+            rec = sched.record(batch, start, gpu, cpu_s=cpu, replica=self.index)
+            yield env.timeout(wall)
+            self.busy_s += wall
+            finished = sched.complete(batch, batch_tokens(batch), env.now)
+            self.steps.add(rec)
+            if self.check:
+                sched.check_invariants()
+            if finished:
+                self._on_finish(finished, self.index)
+            if self.fast_forward:
+                end = self._stretch()
+                if end is not None:
+                    yield At(env, end, STEP_END)
+
+    def _stretch(self) -> float | None:
+        """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return
+        the time its last step ends (the replica sleeps until then), else None.
+
+        Step times are evaluated in growing chunks (32, 128, 512, ... steps) until a step would
+        start at or after the next arrival, so a stretch cut short by an arrival costs little.
+        """
+        sched, cost, noise = self.sched, self.cost, self.noise
+        now, t_next = self.env.now, self._next_arrival()
+        k = sched.decode_stretch(self.max_stretch)
+        if k < 2:
+            return None
+        f1, f2 = sched.stretch_features(2)
+        s = now
+        n = 0  # steps kept so far (all start before t_next)
+        parts: list[tuple[FeatureColumns, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        chunk = 32
+        while n < k:
+            m = min(chunk, k - n)
+            cols = FeatureColumns.arithmetic(f1, f2, n, m)
+            gpu = cost.step_times(cols)
+            if noise is not None:
+                gpu = gpu * noise.peek(n + m)[n:]
+            cpu = cost.cpu_times(cols)
+            wall = cost.wall_times(gpu, cpu)
+            ends = np.add.accumulate(np.concatenate(([s], wall)))  # sequential, like SimPy's clock
+            # a step joins only if it starts strictly before the next arrival (step 0 starts
+            # now, and every arrival due now has been delivered, so step 0 always does)
+            fit = m if math.isinf(t_next) else int(np.searchsorted(ends[:m], t_next, "left"))
+            if fit:
+                parts.append((cols, gpu[:fit], cpu[:fit], wall[:fit], ends[:fit]))
+                n += fit
+                s = float(ends[fit])
+            if fit < m:
+                break
+            chunk *= 4
+        if n < 2:
+            return None
+        if noise is not None:
+            noise.skip(n)
+        starts = np.concatenate([p[4] for p in parts])
+        wall = np.concatenate([p[3] for p in parts])
+        gpu = np.concatenate([p[1] for p in parts])
+        cpu = np.concatenate([p[2] for p in parts])
+        if self.check:
+            self._check_columns(parts, n)
+        cols = sched.advance_decodes_columns(starts + wall)
+        self._log_stretch(cols, parts, starts, gpu, cpu)
+        if self.check:
+            sched.check_invariants()
+        self.num_stretches += 1
+        self.stretch_steps += n
+        self.busy_s += s - now
+        return s
+
+    def _log_stretch(self, sc: Any, parts: list, starts: np.ndarray, gpu: np.ndarray,
+                     cpu: np.ndarray) -> None:
+        """Log a stretch's rows column-wise. Within a decode stretch nothing arrives, is
+        admitted, finishes or is preempted, so queue lengths and preemptions are constant and
+        step ids count up by one; page counts come per step from the scheduler (free pages
+        shrink, and cached prefixes are evicted once none are free)."""
+        n = sc.k
+        cols: dict[str, Any] = {
+            "replica": self.index, "start": starts, "duration": gpu, "cpu_s": cpu,
+            "step": np.arange(sc.first_step, sc.first_step + n, dtype=np.int64),
+            "num_waiting": sc.num_waiting, "num_running": sc.num_running,
+            "cached_pages": sc.cached_pages, "num_preempted": 0,
+            "free_pages": sc.free_pages, "used_pages": sc.used_pages,
+        }
+        for name in BatchFeatures.names():
+            vals = [p[0].column(name) for p in parts]
+            cols[name] = vals[0] if isinstance(vals[0], float) else \
+                np.concatenate([v[: len(p[3])] for v, p in zip(vals, parts)])
+        self.steps.add_block(cols, n)
+
+    def _check_columns(self, parts: list, n: int) -> None:
+        """Checking mode: the arithmetic feature columns equal the scheduler's own features."""
+        ref = FeatureColumns(self.sched.stretch_features(n))
+        for name in BatchFeatures.names():
+            mine = np.concatenate([np.broadcast_to(p[0].column(name), (p[0].size,))[: len(p[3])]
+                                   for p in parts])
+            assert np.array_equal(mine, ref.column(name)), f"stretch feature {name} differs"

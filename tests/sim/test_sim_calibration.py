@@ -1,0 +1,129 @@
+"""Calibration files: JSON round trip, lookup by (gpu, model, tp), fitting, NNLS, noise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from twinserve.simulator.cost import (COST_MODELS, Calibration, Provenance, StepNoise,
+                                      find_calibration, fit_calibration)
+from twinserve.simulator.cost.nnls import nnls
+
+TRUE = {
+    "decode": {"1": 4e-3, "num_seqs": 2e-5, "decode_ctx": 3e-9, "padded_decodes": 1e-5},
+    "prefill": {"1": 5e-3, "num_seqs": 0.0, "new_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0},
+    "mixed": {"1": 6e-3, "num_seqs": 1e-5, "new_tokens": 6e-5, "prefill_attn": 2e-10,
+              "prefill_ctx": 0.0, "decode_ctx": 3e-9},
+}
+
+
+def synthetic_steps(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
+    """Step rows whose durations follow TRUE exactly (times a lognormal noise factor)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        kind = ("decode", "prefill", "mixed")[i % 3]
+        nd = int(rng.integers(1, 200)) if kind != "prefill" else 0
+        npf = int(rng.integers(1, 3)) if kind != "decode" else 0
+        pt = int(rng.integers(16, 8000)) if npf else 0
+        start = int(rng.integers(0, 4000)) if npf else 0
+        row = dict(num_seqs=nd + npf, num_decodes=nd, num_prefills=npf, new_tokens=nd + pt,
+                   prefill_tokens=pt, decode_ctx=nd * int(rng.integers(10, 8000)),
+                   prefill_ctx=start + pt if npf else 0,
+                   prefill_attn=pt * start + pt * (pt + 1) // 2, padded_decodes=nd + (-nd) % 8,
+                   max_ctx=8000)
+        y = sum(c * (1 if t == "1" else row[t]) for t, c in TRUE[kind].items())
+        row["duration"] = y * float(np.exp(rng.normal(0, noise))) if noise else y
+        row["cpu_s"] = 2e-4 + 3e-6 * row["num_seqs"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_known_coefficients() -> None:
+    cal = fit_calibration(synthetic_steps(900, 0), Provenance("h200", "llama3-8b", 1), overlap=True)
+    for regime, coefs in TRUE.items():
+        fit = cal.regimes[regime]
+        got = dict(zip(fit.terms, fit.coef))
+        for term, c in coefs.items():
+            assert got[term] == pytest.approx(c, rel=1e-6, abs=1e-15), (regime, term)
+        assert fit.mape < 1e-9 and fit.n + fit.n_test == 300 and fit.n_test > 0
+    cpu = dict(zip(cal.cpu.terms, cal.cpu.coef))
+    assert cpu["1"] == pytest.approx(2e-4) and cpu["num_seqs"] == pytest.approx(3e-6)
+    assert cal.residuals.ratio[0] == pytest.approx(1.0) and cal.residuals.ratio[-1] == pytest.approx(1.0)
+
+
+def test_fit_reports_held_out_error_and_residual_spread() -> None:
+    cal = fit_calibration(synthetic_steps(1500, 1, noise=0.05), Provenance("h200", "llama3-8b", 1))
+    for fit in cal.regimes.values():
+        assert 0.02 < fit.mape < 0.08  # E|exp(N(0, .05)) - 1| ~ 0.04
+    r = cal.residuals
+    q = dict(zip(r.levels, r.ratio))
+    assert q[0.5] == pytest.approx(1.0, abs=0.02)
+    assert q[0.05] == pytest.approx(np.exp(-1.645 * 0.05), abs=0.02)
+    assert q[0.95] == pytest.approx(np.exp(1.645 * 0.05), abs=0.02)
+
+
+def test_fit_needs_decode_and_prefill_rows() -> None:
+    df = synthetic_steps(90, 0)
+    with pytest.raises(ValueError, match="prefill"):
+        fit_calibration(df[df.num_prefills == 0], Provenance("h200", "x", 1))
+
+
+def test_json_round_trip_and_lookup(tmp_path: Path) -> None:
+    cal = fit_calibration(synthetic_steps(300, 2), Provenance("h100", "qwen3-8b", 2, date="2025-01-01"))
+    path = cal.save(tmp_path / "h100_qwen3-8b_tp2.json")
+    d = json.loads(path.read_text())
+    assert d["version"] == 1 and d["provenance"]["tp"] == 2
+    assert set(d["regimes"]) == {"decode", "prefill", "mixed"} and "residuals" in d and "cpu" in d
+    back = Calibration.load(path)
+    assert back.to_dict() == cal.to_dict()
+    (tmp_path / "broken.json").write_text("{not json")
+    assert find_calibration("h100", "qwen3-8b", 2, [tmp_path]) == path
+    assert find_calibration("h100", "qwen3-8b", 1, [tmp_path]) is None
+    assert find_calibration("h200", "qwen3-8b", 2, [tmp_path / "missing", tmp_path]) is None
+    m = COST_MODELS.create("calibrated", calibration=path)
+    assert m.describe()["model"] == "qwen3-8b"
+
+
+def test_bad_calibrations_are_refused() -> None:
+    cal = fit_calibration(synthetic_steps(300, 3), Provenance("h200", "m", 1))
+    d = cal.to_dict()
+    with pytest.raises(ValueError, match="version"):
+        Calibration.from_dict({**d, "version": 99})
+    bad = json.loads(json.dumps(d))
+    bad["regimes"]["decode"]["terms"][1] = "no_such_feature"
+    with pytest.raises(ValueError, match="unknown feature"):
+        Calibration.from_dict(bad)
+    del bad["regimes"]["decode"]
+    with pytest.raises((ValueError, KeyError)):
+        Calibration.from_dict(bad)
+
+
+def test_nnls_matches_unconstrained_solution_when_positive_and_clips_otherwise() -> None:
+    rng = np.random.default_rng(0)
+    A = rng.random((50, 4)) * [1, 1e3, 1e-3, 1e6]
+    x = np.array([1.0, 2e-3, 5e2, 3e-6])
+    assert np.allclose(nnls(A, A @ x), x, rtol=1e-8)
+    b = A @ np.array([1.0, -2e-3, 5e2, 3e-6])
+    sol = nnls(A, b)
+    assert np.all(sol >= 0) and sol[1] == 0.0
+    # KKT: the gradient is >= 0 on zero coefficients (no descent direction is feasible)
+    grad = A.T @ (A @ sol - b)
+    assert grad[1] >= -1e-8 * np.abs(A.T @ b).max()
+
+
+def test_noise_stream_is_fixed_by_seed_and_not_by_draw_sizes() -> None:
+    levels, ratio = np.array([0.0, 0.5, 1.0]), np.array([0.9, 1.0, 1.2])
+    a, b = StepNoise(levels, ratio, seed=7, block=16), StepNoise(levels, ratio, seed=7, block=16)
+    xs = [a.one() for _ in range(5)] + list(a.take(40)) + list(a.peek(3))
+    a.skip(3)
+    ys = list(b.take(48))
+    assert xs == ys
+    assert a.one() == b.one()
+    other = StepNoise(levels, ratio, seed=8, block=16).take(48)
+    assert not np.array_equal(other, ys)
+    assert min(ys) >= 0.9 and max(ys) <= 1.2
