@@ -49,8 +49,11 @@ class BatchFeatures:
     max_ctx: int = 0
 
     @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+    def names(cls) -> tuple[str, ...]:
+        return FEATURE_NAMES
+
+
+FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
 
 
 @dataclass(slots=True)

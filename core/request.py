@@ -146,6 +146,14 @@ class Req:
             return n - self.prompt_len
         return self.append_tokens(PLACEHOLDER)
 
+    def append_outputs(self, values: np.ndarray | int, times: np.ndarray) -> None:
+        """Append ``len(times)`` known outputs with their times (fast-forwarded decodes)."""
+        k = times.size
+        first = self.append_tokens(values, k)
+        self._times[first : first + k] = times
+        if first == 0 and self.t_first_token is None:
+            self.t_first_token = float(times[0])
+
     def set_output(self, index: int, value: int, when: float) -> None:
         self.tokens[self.prompt_len + index] = value
         self._times[index] = when

@@ -83,6 +83,8 @@ class Scheduler:
         self._dirty = False
         self._last_preempted = 0
         self.num_preemptions = 0
+        self._ff_key: tuple[int, int, int] | None = None
+        self._ff_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     # ---- queue -----------------------------------------------------------------------------
     def add(self, req: Req) -> None:
@@ -297,6 +299,7 @@ class Scheduler:
 
     def complete(self, batch: Batch, tokens: Sequence[int] | np.ndarray, now: float) -> list[Req]:
         """Deliver a launched batch's sampled tokens; returns the requests released by this call."""
+        self._ff_key = None
         if len(tokens) != len(batch.reqs):
             raise ValueError(f"complete: {len(tokens)} tokens for a batch of {len(batch.reqs)}")
         self._inflight -= 1
@@ -483,8 +486,14 @@ class Scheduler:
         return lo
 
     def _stretch_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        c = np.fromiter((r.num_computed for r in self.running), dtype=np.int64, count=len(self.running))
-        npg = np.fromiter((len(r.pages) for r in self.running), dtype=np.int64, count=len(self.running))
+        """Computed tokens and pages of each running request, memoised until the state moves."""
+        key = (self._step, self._inflight, len(self.running))
+        if self._ff_key == key and self._ff_arrays is not None:
+            return self._ff_arrays
+        n = len(self.running)
+        c = np.fromiter((r.num_computed for r in self.running), dtype=np.int64, count=n)
+        npg = np.fromiter((len(r.pages) for r in self.running), dtype=np.int64, count=n)
+        self._ff_key, self._ff_arrays = key, (c, npg)
         return c, npg
 
     def stretch_features(self, k: int) -> list[BatchFeatures]:
@@ -508,6 +517,7 @@ class Scheduler:
         is stamped with its step's end. Valid only for ``len(ends) <= decode_stretch(...)``.
         Returns the per-step queue and page counts as columns."""
         k = len(ends)
+        self._ff_key = None
         running = self.running
         ps = self.config.page_size
         # page needs in the order step-by-step makes them: by step, then running order
@@ -538,8 +548,7 @@ class Scheduler:
                                 dtype=np.int32)
             else:
                 vals = 0
-            r.append_tokens(vals, k)
-            r.set_times(first, ends)
+            r.append_outputs(vals, ends)
             r.num_computed += k
             if on_compute is not None:
                 for _ in range(k):

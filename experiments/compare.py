@@ -171,8 +171,23 @@ def compose_config(overrides: Sequence[str]) -> Any:
 
     from twinserve.experiments.app import CONF_DIR
 
+    _launcher_stub()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=list(overrides))
+
+
+def _launcher_stub(force: bool = False) -> None:
+    """config.yaml selects the joblib launcher; composing one run launches nothing, so where the
+    plugin is not installed (some GPU hosts) a plain config node stands in for its config."""
+    try:
+        if force:
+            raise ImportError
+        import hydra_plugins.hydra_joblib_launcher  # noqa: F401
+    except ImportError:
+        from hydra.core.config_store import ConfigStore
+
+        ConfigStore.instance().store(group="hydra/launcher", name="joblib",
+                                     node={"_target_": "none (joblib launcher not installed)", "n_jobs": 1})
 
 
 def for_backend(overrides: Sequence[str], name: str) -> list[str]:

@@ -1,0 +1,106 @@
+"""The calibration + fidelity pipeline on CPU with the tiny model: profile, fit, compare.
+
+CPU timings are noisy (a shared 2-core CI machine), so the bounds are loose; the real figures
+come from the GPU host (experiments/scripts/gpu_fidelity.sh)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    from twinserve.experiments.calibrate import main
+
+    d = tmp_path_factory.mktemp("cal")
+    out = d / "cpu_tiny-llama_tp1.json"
+    steps = d / "steps.parquet"
+    cal = main(["--model", "tiny-llama", "--device", "cpu", "--budget-s", "6", "--no-progress",
+                "--work-dir", str(d / "work"), "--steps-out", str(steps), "--out", str(out)])
+    return d, out, steps, cal
+
+
+def test_profile_records_every_regime_and_phase(calibration):
+    _, _, steps, _ = calibration
+    df = pd.read_parquet(steps)
+    assert set(df["phase"]) == {"grid", "replay"}
+    assert (df["duration"] > 0).all()
+    assert (df.loc[df["num_prefills"] == 0, "num_decodes"] > 0).all()
+    has_p, has_d = df["num_prefills"] > 0, df["num_decodes"] > 0
+    assert (has_p & has_d).sum() >= 10 and (has_p & ~has_d).sum() >= 10 and (~has_p & has_d).sum() >= 50
+    # prefix hits: prefill chunks that start after cached context
+    assert (df["prefill_ctx"] > df["prefill_tokens"]).any()
+    assert df["num_seqs"].max() >= 8
+
+
+def test_calibration_file_has_provenance_and_errors(calibration):
+    _, out, _, cal = calibration
+    d = json.loads(out.read_text())
+    p = d["provenance"]
+    assert (p["gpu"], p["model"], p["tp"]) == ("cpu", "tiny-llama", 1)
+    assert p["dtype"] == "float32" and p["date"] and "calibrate" in p["command"]
+    for name in ("decode", "prefill"):
+        m = d["regimes"][name]["mape"]
+        assert m is not None and 0 <= m < 0.5, (name, m)   # loose: CPU noise
+    assert d["cpu"]["overlap"] is False                    # the CPU engine runs without overlap
+    notes = json.loads(p["notes"])
+    assert notes["replay_error"]["decode"]["n"] > 0
+
+
+def test_refit_from_steps_matches(calibration, tmp_path):
+    from twinserve.experiments.calibrate import main
+
+    _, _, steps, cal = calibration
+    cal2 = main(["--model", "tiny-llama", "--from-steps", str(steps), "--gpu", "cpu", "--overlap", "off",
+                 "--out", str(tmp_path / "re.json")])
+    assert cal2.regimes["decode"].coef == pytest.approx(cal.regimes["decode"].coef)
+
+
+def test_compare_sim_with_cpu_engine(calibration, tmp_path):
+    from twinserve.experiments.compare import run_compare
+
+    d, _, _, _ = calibration
+    table, diff = run_compare(
+        ["model=tiny-llama", "hardware=cpu", "workload=poisson", "workload.num_requests=40",
+         "workload.rate=10", "workload.prompt_len.mean=120", "workload.prompt_len.max=400",
+         "workload.output_len.mean=30", "workload.output_len.max=64", f"cost_model.calibration_dirs=[{d}]",
+         "engine.device=cpu", "print_summary=false", "progress=false"], tmp_path)
+    for f in ("compare.csv", "compare.md", "step_diff.json"):
+        assert (tmp_path / f).stat().st_size > 0
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert summary["run"]["cost_model_source"].startswith(str(d))   # the fresh calibration
+    t = table.set_index("key")
+    for k in ("output_throughput", "request_throughput"):
+        assert abs(t.loc[k, "err_pct"]) < 50, t.loc[k]
+    assert t.loc["total_preemptions", "engine"] == t.loc["total_preemptions", "sim"] == 0
+    md = (tmp_path / "compare.md").read_text()
+    assert "TTFT p99" in md and "Step-log diff" in md
+    assert diff.common > 0 and diff.engine_steps > 0 and diff.sim_steps > 0
+    assert diff.first_diff is None or diff.first_diff <= diff.common
+    assert all(math.isfinite(t.loc[k, "engine"]) for k in ("mean_ttft_ms", "mean_tpot_ms", "kv_usage_mean"))
+
+
+def test_step_diff_names_first_difference():
+    from twinserve.experiments.compare import step_diff
+
+    cols = {"start": [0.0, 1.0, 2.0], "num_seqs": [1, 2, 2], "new_tokens": [10, 2, 2]}
+    a = pd.DataFrame(cols)
+    b = pd.DataFrame({**cols, "new_tokens": [10, 2, 3]})
+    d = step_diff(a, b)
+    assert (d.first_diff, d.matching, d.differing_features) == (2, 2, ["new_tokens"])
+    assert step_diff(a, a.copy()).first_diff is None
+    assert step_diff(a, a.iloc[:2]).first_diff == 2
