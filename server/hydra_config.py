@@ -83,6 +83,7 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
 
     known = {f.name for f in fields(ServerConfig)}
     base = dict(cfg.get("server") or {})
+    base.pop("base_url", None)  # the bench client's target (backend=server), not the listener's
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
     unknown = set(base) - known
     if unknown:
