@@ -5,8 +5,8 @@ Processes (ZMQ PUSH/PULL over IPC files in one private temp dir, msgpack message
 
     client -HTTP-> API server (FastAPI/uvicorn, `api_server`, `engine_client`)
       -> tokenizer worker (`tokenizer_worker`: tokenize, chat template, length checks)
-      -> engine worker rank 0 (`engine_worker`: Engine.add/abort/step; `broadcast` is the seam
-         for more ranks)
+      -> engine worker (`engine_worker`: Engine.add/abort/step; with tp=N it is rank 0 and the
+         engine itself starts and drives the other ranks, see engine/tp/)
       -> detokenizer worker (`detokenizer_worker`: incremental text, stop strings)
       -> API server -> SSE / JSON to the client
 

@@ -20,7 +20,6 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
-from twinserve.server.broadcast import RankBroadcast, make_broadcast
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import (
     AbortRequest, Accepted, EngineStats, ErrorReply, GenerateRequest, StepInputs, StepOutputs,
@@ -38,7 +37,6 @@ class EngineWorkerConfig:
     queue_limit: int | None
     stats_interval_s: float
     keep_step_records: bool = False
-    tp_size: int = 1
 
 
 def engine_info(engine: Any) -> dict[str, Any]:
@@ -68,11 +66,10 @@ def build_req(msg: GenerateRequest, now: float) -> Req:
 class EngineLoop:
     """The rank-0 serving loop around one engine (see the module docstring)."""
 
-    def __init__(self, engine: Any, out: Any, cfg: EngineWorkerConfig, bcast: RankBroadcast) -> None:
+    def __init__(self, engine: Any, out: Any, cfg: EngineWorkerConfig) -> None:
         self.engine = engine
         self.out = out
         self.cfg = cfg
-        self.bcast = bcast
         self._last_stats = 0.0
         self._was_busy = False
         self.live: dict[int, int] = {}  # rid -> prompt tokens, for requests the engine holds
@@ -143,7 +140,7 @@ class EngineLoop:
             if msgs:
                 inputs = StepInputs([m for m in msgs if isinstance(m, GenerateRequest)],
                                     [m.rid for m in msgs if isinstance(m, AbortRequest)])
-                self.apply(self.bcast.share(inputs))
+                self.apply(inputs)
                 busy = bool(self.engine.has_work())
             if busy:
                 self.step()
@@ -155,14 +152,12 @@ class EngineLoop:
 def run(cfg: EngineWorkerConfig, ctx: ChildContext) -> None:
     """Child entry: build the engine, bind the input socket, handshake, serve until SIGTERM."""
     engine = resolve(cfg.engine_factory)(cfg.engine_cfg)
-    bcast = make_broadcast(cfg.tp_size)
     inbox = pull_socket(ctx.zmq_ctx, ctx.paths.engine)
     out = push_socket(ctx.zmq_ctx, ctx.paths.detokenizer)
     try:
         ctx.announce(engine_info(engine))
-        EngineLoop(engine, out, cfg, bcast).run(inbox)
+        EngineLoop(engine, out, cfg).run(inbox)
     finally:
-        bcast.close()
         inbox.close(linger=0)
         out.close(linger=0)
         engine.shutdown()

@@ -56,7 +56,6 @@ class IpcPaths:
 
     - ``tokenizer``: tokenizer worker input; ``engine``: engine rank-0 input;
     - ``detokenizer``: detokenizer input; ``api``: API server input; ``ready``: launcher handshake;
-    - ``ranks``: rank-0 -> other ranks broadcast (tensor parallelism; unused at tp=1).
     """
 
     root: str
@@ -83,10 +82,6 @@ class IpcPaths:
     @property
     def ready(self) -> str:
         return self._ep("ready")
-
-    @property
-    def ranks(self) -> str:
-        return self._ep("ranks")
 
     @classmethod
     def create(cls, base: str | None = None) -> "IpcPaths":

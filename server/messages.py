@@ -136,8 +136,8 @@ class AbortRequest:
 @message(13)
 @dataclass(slots=True)
 class StepInputs:
-    """Rank 0 -> ranks 1..N-1 (tensor parallelism): what rank 0 applied before one step, so every
-    rank's scheduler sees the same adds and aborts in the same order. Unused at tp=1."""
+    """The adds and aborts the engine worker applies, in order, before one engine step (inside
+    the worker; tensor-parallel ranks get their step inputs from the engine, see engine/tp/)."""
 
     adds: list[GenerateRequest]
     aborts: list[int]
