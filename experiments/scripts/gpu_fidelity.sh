@@ -12,14 +12,7 @@ OUT_DIR=${1:?usage: gpu_fidelity.sh OUTDIR [TOTAL_S]}
 TOTAL=${2:-520}
 mkdir -p "$OUT_DIR/w"
 W="$OUT_DIR/w"; SUM="$OUT_DIR/summary.log"; LOG="$OUT_DIR/all.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-  >> "$LOG" 2>&1 || { echo "wheel install failed" >> "$SUM"; exit 1; }
-mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
-export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
-aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
-tmp=$(mktemp -d)
-cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
-for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
+. experiments/scripts/gpu_setup.sh "$LOG"
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; python3 -c 'import torch; print("torch", torch.__version__)';
   echo "setup $SECONDS s"; } >> "$SUM" 2>&1
 

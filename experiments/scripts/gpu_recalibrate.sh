@@ -6,14 +6,7 @@
 # records (the calibration files are refitted from them with `calibrate --from-steps`).
 set -u
 OUT_DIR=${1:?usage: gpu_recalibrate.sh OUTDIR}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-  > "$OUT_DIR/all.log" 2>&1 || exit 1
-mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
-export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
-aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
-tmp=$(mktemp -d)
-cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
-for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
+. experiments/scripts/gpu_setup.sh "$OUT_DIR/all.log"
 CAL="python3 -m twinserve.experiments.calibrate --device cuda --no-progress --budget-s 190 --replay-share 0.75 --replay azure_conv"
 timeout 230 $CAL --model qwen3-0.6b --replay-kwargs '{"time_scale": 0.1}' \
   --steps-out "$OUT_DIR/q_steps.parquet" --out "$OUT_DIR/q.json" >> "$OUT_DIR/all.log" 2>&1

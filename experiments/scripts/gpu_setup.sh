@@ -1,0 +1,11 @@
+# Sourced by the GPU-host scripts (repository root, .whl and .fik carried): installs the wheels the
+# host lacks into /tmp/site, makes `import twinserve` resolve to this checkout, and puts the saved
+# FlashInfer kernels where FlashInfer looks for prebuilt ones. Usage: `. experiments/scripts/gpu_setup.sh LOG`
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+  >> "$1" 2>&1 || { echo "wheel install failed" >> "$1"; exit 1; }
+mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
+export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
+aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
+tmp=$(mktemp -d)
+cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
+for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
