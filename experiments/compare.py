@@ -204,6 +204,16 @@ def for_backend(overrides: Sequence[str], name: str) -> list[str]:
     return out
 
 
+def engine_overlapped(summary: dict[str, Any]) -> bool:
+    """Whether the engine run used overlap scheduling (its default: on for CUDA, off on CPU); the
+    simulator then replays the same pipelined loop (``backend.pipeline``)."""
+    run = summary.get("run", {})
+    ov = run.get("engine_config", {}).get("overlap")
+    if ov is not None:
+        return bool(ov)
+    return str(run.get("hardware", "")) != "cpu"
+
+
 def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
     """Run the engine, then the simulator on the engine's pool size, then `write_report`."""
     from twinserve.experiments.run import load_run, run_experiment
@@ -211,11 +221,13 @@ def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = N
     out = Path(out)
     clean = [o for o in overrides if not o.startswith(("backend=", "kv.num_pages="))]
     run_experiment(compose_config([*for_backend(clean, "engine"), "backend=engine"]), out / "engine")
-    _, steps, _ = load_run(out / "engine")
+    _, steps, summary = load_run(out / "engine")
     extra = []
     if len(steps):
         pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
         extra.append(f"kv.num_pages={pages}")
+    if not any(o.startswith("sim.pipeline=") or o.startswith("backend.pipeline=") for o in clean):
+        extra.append(f"backend.pipeline={str(engine_overlapped(summary)).lower()}")
     run_experiment(compose_config([*for_backend(clean, "sim"), "backend=sim", *extra]), out / "sim")
     return write_report(out / "engine", out / "sim", out, title)
 

@@ -33,7 +33,8 @@ class SimConfig:
     quantiles, replica ``i`` on its own stream ``SeedSequence([seed, NOISE_STREAM, i])``.
     ``check_invariants`` runs the scheduler's invariant checks after every step (slow).
     ``keep_steps=False`` keeps only the step count (less memory). ``progress`` shows a tqdm bar
-    over simulated time.
+    over simulated time. ``pipeline`` replays the engine's overlap loop (the next batch is
+    scheduled when the current one starts; see `Replica`), slower since nothing fast-forwards.
     """
 
     replicas: int = 1
@@ -46,6 +47,7 @@ class SimConfig:
     keep_steps: bool = True
     max_stretch: int = 4096
     progress: bool = False
+    pipeline: bool = False
 
 
 @dataclass(slots=True)
@@ -117,7 +119,8 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
             seed = int(np.random.SeedSequence([cfg.seed, NOISE_STREAM, i]).generate_state(1)[0])
             noise = StepNoise(quant[0], quant[1], seed)
         replicas.append(Replica(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
-                                cfg.fast_forward, cfg.check_invariants, cfg.max_stretch))
+                                cfg.fast_forward, cfg.check_invariants, cfg.max_stretch,
+                                cfg.pipeline))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0
     for i, s in enumerate(scheds):

@@ -52,16 +52,18 @@ class Replica:
     def __init__(self, env: SimEnvironment, index: int, sched: Any, cost: CostModel,
                  steps: StepLog, on_finish: Callable[[list[Req], int], None],
                  next_arrival: Callable[[], float], noise: StepNoise | None = None,
-                 fast_forward: bool = True, check: bool = False, max_stretch: int = 4096) -> None:
+                 fast_forward: bool = True, check: bool = False, max_stretch: int = 4096,
+                 pipeline: bool = False) -> None:
         self.env, self.index, self.sched, self.cost = env, index, sched, cost
         self.steps, self.noise = steps, noise
         self._on_finish, self._next_arrival = on_finish, next_arrival
         self.fast_forward, self.check, self.max_stretch = fast_forward, check, max_stretch
+        self.pipeline = pipeline
         self._wake: Event | None = None
         self.busy_s = 0.0
         self.num_stretches = 0
         self.stretch_steps = 0
-        self.process = env.process(self._run())
+        self.process = env.process(self._run_pipelined() if pipeline else self._run())
 
     @property
     def idle(self) -> bool:
@@ -103,6 +105,45 @@ class Replica:
                 end = self._stretch()
                 if end is not None:
                     yield At(env, end, STEP_END)
+
+    def _step_cost(self, batch: Batch) -> tuple[float, float, float]:
+        gpu, cpu = self.cost.step_costs(batch.features())
+        if self.noise is not None:
+            gpu = gpu * self.noise.one()
+        return gpu, cpu, self.cost.wall_time(gpu, cpu)
+
+    def _run_pipelined(self) -> Generator:
+        """The engine's overlap loop: the next batch is scheduled when the current one starts,
+        before its tokens are known, so a request that arrives during step k is first seen by
+        the batch that runs after step k+1 (one step later than in ``_run``)::
+
+            batch = schedule(now)
+            loop: nxt = schedule(now); sleep(batch's wall time); complete(batch); batch = nxt
+
+        Placeholders and in-flight lengths are the scheduler's own overlap support. No
+        fast-forward here (a batch is always in flight)."""
+        env, sched = self.env, self.sched
+        batch = None
+        while True:
+            if batch is None:
+                batch = sched.schedule(env.now)
+                if batch is None:
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    continue
+            gpu, cpu, wall = self._step_cost(batch)
+            rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
+            nxt = sched.schedule(env.now)
+            yield env.timeout(wall)
+            self.busy_s += wall
+            finished = sched.complete(batch, batch_tokens(batch), env.now)
+            self.steps.add(rec)
+            if self.check:
+                sched.check_invariants()
+            if finished:
+                self._on_finish(finished, self.index)
+            batch = nxt
 
     def _stretch(self) -> float | None:
         """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return

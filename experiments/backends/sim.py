@@ -23,7 +23,8 @@ class SimBackend(Backend):
             fast_forward=bool(b.get("fast_forward", True)),
             check_invariants=bool(b.get("check_invariants", False)), noise=bool(b.get("noise", False)),
             seed=int(cfg.get("seed", 0)), keep_steps=bool(b.get("keep_steps", True)),
-            max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress)
+            max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
+            pipeline=bool(b.get("pipeline", False)))
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
         stats = res.stats()
