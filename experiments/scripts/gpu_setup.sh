@@ -1,4 +1,5 @@
-# Sourced by the GPU-host scripts (repository root, .whl and .fik carried): installs the wheels the
+# Sourced by the GPU-host scripts (repository root; .whl from experiments/scripts/fetch_gpu_wheels.sh
+# and .fik carried): installs the wheels the
 # host lacks into /tmp/site, makes `import twinserve` resolve to this checkout, and puts the saved
 # FlashInfer kernels where FlashInfer looks for prebuilt ones. Usage: `. experiments/scripts/gpu_setup.sh LOG`
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Here (not on the GPU host), from the repository root: download into .whl/ (ignored by git) every
+# wheel the GPU host lacks: ../shared/gpu/wheelhouse.sh's list plus Hydra's joblib launcher, which
+# experiments/conf/config.yaml selects. Then carry ".whl" (and ".fik", FlashInfer kernels saved by
+# engine/scripts/gpu_suite.sh save-kernels, if you have them) in the device tool's `carry`.
+set -euo pipefail
+../shared/gpu/wheelhouse.sh
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 --platform any -d .whl "hydra-joblib-launcher==1.2.0" "joblib==1.6.0"
+du -sh .whl
