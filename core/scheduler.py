@@ -193,6 +193,16 @@ class Scheduler:
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs)
 
+    def _prefill_chunk(self, rem: int, budget: int, batch_has_work: bool) -> int:
+        """Tokens of a ``rem``-token prefill this step: a chunk under chunked prefill, else all of
+        it if it fits the budget (or runs alone: a recomputation may outgrow the budget), else 0."""
+        cfg = self.config
+        if cfg.chunked_prefill:
+            return min(rem, cfg.chunk_size, budget)
+        if rem <= budget or not batch_has_work:
+            return rem
+        return 0
+
     def _serve_running(self, now: float, entries: list[tuple[Req, int, bool]], budget: int,
                        preempted: set[int], decodes: bool, prefills: bool) -> int:
         cfg = self.config
@@ -211,13 +221,11 @@ class Scheduler:
                 continue
             if dec:
                 n = 1
-            elif cfg.chunked_prefill:
-                n = min(rem, cfg.chunk_size, budget)
-            elif rem <= budget or not entries:
-                n = rem  # a recomputation may outgrow the budget: then it runs alone
             else:
-                i += 1
-                continue
+                n = self._prefill_chunk(rem, budget, bool(entries))
+                if n == 0:
+                    i += 1
+                    continue
             if -(-(r.num_computed + n) // ps) > len(r.pages) and not self._grow(r, r.num_computed + n):
                 if not self.memory.preempts:
                     raise RuntimeError("out of KV pages under a reserving memory policy")
@@ -261,11 +269,8 @@ class Scheduler:
             m = cache.match(r.tokens[: total - 1])
             start = m.num_tokens
             rem = total - start
-            if cfg.chunked_prefill:
-                n = min(rem, cfg.chunk_size, budget)
-            elif rem <= budget or not entries:
-                n = rem  # a recomputation may outgrow the budget: then it runs alone
-            else:
+            n = self._prefill_chunk(rem, budget, bool(entries))
+            if n == 0:
                 break
             need = self.memory.admission_pages(r, start, n, ps) - len(m.pages)
             if m.node is not None:

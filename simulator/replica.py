@@ -79,7 +79,7 @@ class Replica:
 
     # ---- the loop ---------------------------------------------------------------------------
     def _run(self) -> Generator:
-        env, sched, cost = self.env, self.sched, self.cost
+        env, sched = self.env, self.sched
         while True:
             batch = sched.schedule(env.now)
             if batch is None:
@@ -87,20 +87,10 @@ class Replica:
                 yield self._wake
                 self._wake = None
                 continue
-            start = env.now
-            gpu, cpu = cost.step_costs(batch.features())
-            if self.noise is not None:
-                gpu = gpu * self.noise.one()
-            wall = cost.wall_time(gpu, cpu)
-            rec = sched.record(batch, start, gpu, cpu_s=cpu, replica=self.index)
+            gpu, cpu, wall = self._step_cost(batch)
+            rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
             yield env.timeout(wall)
-            self.busy_s += wall
-            finished = sched.complete(batch, batch_tokens(batch), env.now)
-            self.steps.add(rec)
-            if self.check:
-                sched.check_invariants()
-            if finished:
-                self._on_finish(finished, self.index)
+            self._complete(batch, rec, wall)
             if self.fast_forward:
                 end = self._stretch()
                 if end is not None:
@@ -111,6 +101,16 @@ class Replica:
         if self.noise is not None:
             gpu = gpu * self.noise.one()
         return gpu, cpu, self.cost.wall_time(gpu, cpu)
+
+    def _complete(self, batch: Batch, rec: Any, wall: float) -> None:
+        """After a step's wall time: deliver its tokens, log its record, hand on finished ones."""
+        self.busy_s += wall
+        finished = self.sched.complete(batch, batch_tokens(batch), self.env.now)
+        self.steps.add(rec)
+        if self.check:
+            self.sched.check_invariants()
+        if finished:
+            self._on_finish(finished, self.index)
 
     def _run_pipelined(self) -> Generator:
         """The engine's overlap loop: the next batch is scheduled when the current one starts,
@@ -136,13 +136,7 @@ class Replica:
             rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
             nxt = sched.schedule(env.now)
             yield env.timeout(wall)
-            self.busy_s += wall
-            finished = sched.complete(batch, batch_tokens(batch), env.now)
-            self.steps.add(rec)
-            if self.check:
-                sched.check_invariants()
-            if finished:
-                self._on_finish(finished, self.index)
+            self._complete(batch, rec, wall)
             batch = nxt
 
     def _stretch(self) -> float | None:
