@@ -39,7 +39,14 @@ class Engine:
     k+1 before completing step k, so tokens of a step are reported by the next ``step`` call.
     Every request yields StepOutputs whose ``new_token_ids`` concatenate to its output ids, the
     last one with ``finished=True``. ``steps`` gets one StepRecord per executed step (batch
-    features, device-measured duration, host cpu_s of schedule+complete+launch).
+    features, device-measured duration, host cpu_s of schedule+complete+launch) whose ``extra``
+    holds the step's timeline on the ``now()`` clock (what the simulator's host model is fitted
+    on): ``iter_start`` (the ``step()`` call that launched it began), ``sched_s``, ``launch_s``
+    (host work, device waits excluded), ``launch_end``, ``plan_wait_s``, ``device_busy`` (1.0
+    when the previous step was still running at launch), ``wait_s`` (blocked on the device
+    before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
+    ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
+    ``reset_clock``; the host span on CPU).
 
     Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
     scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them
@@ -86,6 +93,7 @@ class Engine:
             cfg.memory_kwargs, cfg.cache_kwargs, eos_token_ids=self.eos_token_ids, checked=cfg.checked)
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
         self.steps: list[StepRecord] = []
+        self.runner.mark_origin()
         self._t0 = time.perf_counter()
         self._inflight: tuple[InFlight, StepRecord] | None = None
         self._reported: dict[int, int] = {}
@@ -104,6 +112,7 @@ class Engine:
         """Make ``now()`` read 0 at this instant (e.g. a trace's time origin); only while idle."""
         if self.has_work():
             raise RuntimeError("reset_clock() needs an idle engine")
+        self.runner.mark_origin()
         self._t0 = time.perf_counter()
 
     def add(self, req: Req) -> None:
@@ -131,13 +140,17 @@ class Engine:
             raise self.tp.failed
         outs, self._pending = self._pending, []
         t = time.perf_counter()
-        batch = self.scheduler.schedule(self.now())
+        batch = self.scheduler.schedule(t - self._t0)
         launched = None
         if batch is not None:
-            start = self.now()
-            rec = self.scheduler.record(batch, start, 0.0, time.perf_counter() - t)
+            t_s = time.perf_counter()
+            start = t_s - self._t0
+            rec = self.scheduler.record(batch, start, 0.0, t_s - t)
             fl = self._launch(batch, start)
             rec.cpu_s += fl.launch_s
+            rec.extra.update(iter_start=t - self._t0, sched_s=t_s - t, launch_s=fl.launch_s,
+                             launch_end=time.perf_counter() - self._t0, plan_wait_s=fl.plan_wait_s,
+                             device_busy=float(fl.device_busy))
             launched = (fl, rec)
         if self._inflight is not None:
             outs += self._complete(*self._inflight)
@@ -160,6 +173,35 @@ class Engine:
             if cuda_graphs and self.runner.graphs is None:
                 raise ValueError("this engine captured no CUDA graphs")
             self.runner.use_graphs = cuda_graphs
+
+    def warmup(self, prompt_lens: tuple[int, ...] = (16, 128, 512, 2048, 8192), decodes: int = 32,
+               seed: int = 0) -> float:
+        """Run throw-away requests (one prompt of each length that fits, then ``decodes``
+        concurrent short ones) so that kernel selection and allocator growth happen before
+        timed work, the way a server warms up; then flush the prefix cache and drop their step
+        records. Only while idle; returns the seconds it took."""
+        if self.has_work():
+            raise RuntimeError("warmup() needs an idle engine")
+        from twinserve.core.sampling import SamplingParams
+
+        t0 = time.perf_counter()
+        n0 = len(self.steps)
+        rng = np.random.default_rng(seed)
+        vocab = self.model_config.vocab_size
+        cap = min(self.max_model_len - 8, self.sched_config.num_pages * self.sched_config.page_size // 2)
+        lens = [n for n in prompt_lens if n <= cap] + [min(64, cap)] * decodes
+        for i, n in enumerate(lens):
+            ids = rng.integers(1, vocab, size=n, dtype=np.int64).astype(np.int32)
+            self.add(Req(-1 - i, ids, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
+                         arrival=self.now()))
+            if i < len(lens) - decodes:  # prompts one at a time: each its own prefill shape
+                while self.has_work():
+                    self.step()
+        while self.has_work():
+            self.step()
+        self.flush_cache()
+        del self.steps[n0:]
+        return time.perf_counter() - t0
 
     def flush_cache(self) -> int:
         """Evict every unlocked prefix from the prefix cache (only while idle); returns pages freed."""
@@ -230,11 +272,19 @@ class Engine:
             raise
 
     def _complete(self, fl: InFlight, rec: StepRecord) -> list[StepOutput]:
+        tw = time.perf_counter()
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
-        ended = self.scheduler.complete(fl.batch, tokens, self.now())
+        ended = self.scheduler.complete(fl.batch, tokens, t - self._t0)
         rec.duration = duration
-        rec.cpu_s += time.perf_counter() - t
+        t_end = time.perf_counter()
+        rec.cpu_s += t_end - t
+        d0, d1 = self.runner.device_span(fl)
+        if d0 != d0:  # no device clock (CPU): the host-measured span
+            d0 = fl.t_begin - self._t0 if fl.t_begin else float("nan")
+            d1 = d0 + duration
+        rec.extra.update(wait_s=t - tw, tokens_at=t - self._t0, complete_s=t_end - t,
+                         dev_start=d0, dev_end=d1)
         self.steps.append(rec)
         outs: list[StepOutput] = []
         seen: set[int] = set()

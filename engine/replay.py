@@ -13,28 +13,39 @@ from twinserve.engine.engine import Engine
 
 
 def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
-                    engine: Engine | None = None) -> tuple[list[Req], list[StepRecord]]:
+                    engine: Engine | None = None, warmup: bool = True) -> tuple[list[Req], list[StepRecord]]:
     """Serve ``workload`` at its arrival times; return the requests (with their timestamps) and
-    the step records, all on the trace's clock (0 = the replay's start).
+    the step records of this replay, all on the trace's clock (0 = the replay's start).
 
     Open loop: before each step every request whose arrival time has passed is added; one that
     arrives while a step runs waits for the next schedule. Prompts are
-    ``workload.prompt_tokens(spec) % vocab_size``; sampling is greedy with
-    ``max_tokens=spec.output_len`` and ``ignore_eos=True``. Requests the scheduler rejects (too
-    long for the model or the pool) are skipped with a warning. An engine built here (no
-    ``engine`` given; ``engine_cfg.tp_size`` ranks) is shut down before returning.
+    ``workload.prompt_tokens(spec) % vocab_size``, built before the clock starts; sampling is
+    greedy with ``max_tokens=spec.output_len`` and ``ignore_eos=True``. ``warmup`` first runs
+    `Engine.warmup` (throw-away requests, not in the records). Requests the scheduler rejects
+    (too long for the model or the pool) are skipped with a warning. An engine built here (no
+    ``engine`` given; ``engine_cfg.tp_size`` ranks) is shut down before returning; a given one
+    is left idle with an empty prefix cache.
     """
     eng = engine or Engine(engine_cfg)
     try:
-        return _replay(eng, workload, progress)
+        if warmup:
+            eng.warmup()
+        n0 = len(eng.steps)
+        reqs = _replay(eng, workload, progress)
+        if engine is not None:
+            eng.flush_cache()
+        return reqs, list(eng.steps[n0:])
     finally:
         if engine is None:
             eng.shutdown()
 
 
-def _replay(eng: Engine, workload, progress: bool) -> tuple[list[Req], list[StepRecord]]:
+def _replay(eng: Engine, workload, progress: bool) -> list[Req]:
     vocab = eng.model_config.vocab_size
     specs = list(workload)
+    pending = [Req(s.rid, workload.prompt_tokens(s) % vocab,
+                   SamplingParams(temperature=0.0, max_tokens=s.output_len, ignore_eos=True),
+                   arrival=s.arrival, priority=s.priority, tenant=s.tenant) for s in specs]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -47,16 +58,13 @@ def _replay(eng: Engine, workload, progress: bool) -> tuple[list[Req], list[Step
     while i < len(specs) or eng.has_work():
         now = eng.now()
         while i < len(specs) and specs[i].arrival <= now:
-            s = specs[i]
+            req = pending[i]
             i += 1
-            req = Req(s.rid, workload.prompt_tokens(s) % vocab,
-                      SamplingParams(temperature=0.0, max_tokens=s.output_len, ignore_eos=True),
-                      arrival=s.arrival, priority=s.priority, tenant=s.tenant)
             try:
                 eng.add(req)
             except ValueError as e:
                 skipped += 1
-                warnings.warn(f"replay: skipping request {s.rid}: {e}", stacklevel=2)
+                warnings.warn(f"replay: skipping request {req.rid}: {e}", stacklevel=2)
                 continue
             reqs.append(req)
         if eng.has_work():
@@ -69,4 +77,4 @@ def _replay(eng: Engine, workload, progress: bool) -> tuple[list[Req], list[Step
         bar.close()
     if skipped:
         warnings.warn(f"replay: {skipped} of {len(specs)} requests were rejected", stacklevel=2)
-    return reqs, list(eng.steps)
+    return reqs

@@ -31,6 +31,8 @@ class InFlight:
     start_evt: object = None
     end_evt: object = None
     t_begin: float = 0.0
+    plan_wait_s: float = 0.0
+    device_busy: bool = False
 
 
 def synchronize_event(evt: object) -> None:
@@ -72,6 +74,8 @@ class ModelRunner:
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None
+        self._last_end = None  # the latest launched step's end event (is the device still busy?)
+        self._origin = None  # device-clock origin event (mark_origin)
 
     def _graph_size(self, batch: Batch) -> int:
         if not self.use_graphs or self.graphs is None or not batch.decode_only or len(batch) > self.graphs.max_bs:
@@ -100,6 +104,7 @@ class ModelRunner:
         fl = InFlight(batch=batch, inputs=inp, tokens_host=None, start=start, launch_s=0.0, used_graph=bs > 0)
         waited = 0.0
         if self.cuda:
+            fl.device_busy = self._last_end is not None and not self._last_end.query()
             if self._plan_evt is not None:  # the previous plan's host→device copies have executed
                 tw = time.perf_counter()
                 self.wait_event(self._plan_evt)
@@ -141,8 +146,28 @@ class ModelRunner:
             self._prev_tokens = None
         if self.cuda:
             fl.end_evt.record()
+            self._last_end = fl.end_evt
             fl.launch_s = time.perf_counter() - t0 - waited  # host work only, not device waits
+            fl.plan_wait_s = waited
         return fl
+
+    def mark_origin(self) -> None:
+        """Record the device clock's origin (call while the device is idle, right before the
+        host clock is reset): `device_span` measures from here."""
+        if self.cuda:
+            self._origin = torch.cuda.Event(enable_timing=True)
+            self._origin.record()
+            self._origin.synchronize()
+
+    def device_span(self, fl: InFlight) -> tuple[float, float]:
+        """(start, end) of a finished step in seconds since `mark_origin` (the device's own
+        clock on CUDA; the host's ``perf_counter`` span on CPU, relative to the same origin)."""
+        if self.cuda:
+            if self._origin is None:
+                return float("nan"), float("nan")
+            a = self._origin.elapsed_time(fl.start_evt) / 1e3
+            return a, a + fl.start_evt.elapsed_time(fl.end_evt) / 1e3
+        return float("nan"), float("nan")
 
     def finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
         if self.cuda:

@@ -75,7 +75,7 @@ def write_outputs(out_dir: Path, result: BackendResult, summary: dict[str, Any])
     (out_dir / SUMMARY_FILE).write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
 
 
-def run_experiment(cfg_node: Any, out_dir: str | Path) -> dict[str, Any]:
+def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> dict[str, Any]:
     """Build the workload and the backend from ``cfg_node`` (a DictConfig or a plain mapping),
     run it, write the three files into ``out_dir``, print the summary table, return the summary.
 
@@ -83,7 +83,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path) -> dict[str, Any]:
     ran: backend, model, hardware, policies, workload; plus backend facts such as the cost model),
     ``over_long`` (requests whose prompt + output exceed max_model_len: count and first ids; they
     are reported, not trimmed) and ``timing`` (wall time, simulation speed: the only part that
-    differs between two identical runs).
+    differs between two identical runs). ``backend`` (a `Backend` instance) replaces the one the
+    config names, e.g. an `EngineBackend` holding an engine shared by several runs.
     """
     t0 = time.perf_counter()
     cfg = plain(cfg_node)
@@ -97,7 +98,7 @@ def run_experiment(cfg_node: Any, out_dir: str | Path) -> dict[str, Any]:
     if over:
         print(f"[twinserve] {len(over)} request(s) exceed max_model_len={max_len} and are not run "
               f"(not trimmed); first ids: {over[:10]}", file=sys.stderr)
-    backend = BACKENDS.create(str(cfg["backend"]["name"]))
+    backend = backend if backend is not None else BACKENDS.create(str(cfg["backend"]["name"]))
     result = backend.run(ctx, workload)
     slo = cfg.get("slo") or {}
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),

@@ -2,7 +2,8 @@
 
 Every builder accepts ``num_requests``, ``duration_s``, ``time_scale``, ``rate`` and ``seed``.
 For trace workloads (``azure_conv``, ``azure_code``, ``csv``, ``mooncake``) they reshape the
-trace with `shape`; for generators ``num_requests``/``rate`` are native parameters and
+trace with `shape` (they also take ``start_s``, an offset into the trace); for generators
+``num_requests``/``rate`` are native parameters and
 ``duration_s`` cuts the generated arrivals.
 """
 
@@ -20,15 +21,25 @@ WORKLOADS: Registry[Workload] = Registry("workload")
 
 
 def shape(w: Workload, num_requests: int | None = None, duration_s: float | None = None,
-          time_scale: float | None = None, rate: float | None = None) -> Workload:
-    """Reshape a trace, in this order: (1) ``time_scale`` multiplies inter-arrival times;
+          time_scale: float | None = None, rate: float | None = None,
+          start_s: float | None = None) -> Workload:
+    """Reshape a trace, in this order: (0) ``start_s`` drops the requests of the trace's first
+    ``start_s`` seconds (re-based at 0); (1) ``time_scale`` multiplies inter-arrival times;
     (2) ``num_requests`` keeps the first N; (3) ``rate`` rescales what is left to that mean
     rate (req/s); (4) ``duration_s`` keeps the first seconds of the result (re-based at 0).
 
-    Taking requests before imposing the rate makes the run's mean rate the one asked for.
+    With ``rate`` and ``duration_s`` but no ``num_requests``, step (2) keeps the first
+    ``round(rate * duration_s)`` requests, so the slice that runs has the mean rate asked for
+    (rescaling the whole trace first would give a window at whatever rate that stretch had).
     """
+    if start_s:
+        if len(w):
+            t0 = float(w.arrivals[0])
+            w = w.window(t0 + float(start_s), float("inf"))
     if time_scale is not None:
         w = w.scale_time(time_scale)
+    if num_requests is None and rate is not None and duration_s is not None and not math.isinf(rate):
+        num_requests = max(2, int(round(rate * duration_s)))
     if num_requests is not None:
         w = w.head(num_requests)
     if rate is not None:
@@ -54,39 +65,40 @@ def _generated_count(num_requests: int | None, duration_s: float | None, rate: f
 @WORKLOADS.register("azure_conv")
 def azure_conv(num_requests: int | None = None, duration_s: float | None = None,
                time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-               vocab_size: int = 32000) -> Workload:
+               vocab_size: int = 32000, start_s: float | None = None) -> Workload:
     """Bundled Azure 2023 conversation trace (19,366 requests, 58 min)."""
     return shape(loaders.load_azure("azure_conv", seed=seed, vocab_size=vocab_size),
-                  num_requests, duration_s, time_scale, rate)
+                  num_requests, duration_s, time_scale, rate, start_s)
 
 
 @WORKLOADS.register("azure_code")
 def azure_code(num_requests: int | None = None, duration_s: float | None = None,
                time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-               vocab_size: int = 32000) -> Workload:
+               vocab_size: int = 32000, start_s: float | None = None) -> Workload:
     """Bundled Azure 2023 code trace (8,819 requests, 57 min, bursty)."""
     return shape(loaders.load_azure("azure_code", seed=seed, vocab_size=vocab_size),
-                  num_requests, duration_s, time_scale, rate)
+                  num_requests, duration_s, time_scale, rate, start_s)
 
 
 @WORKLOADS.register("csv")
 def csv(path: str, num_requests: int | None = None, duration_s: float | None = None,
         time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-        vocab_size: int = 32000, **columns: Any) -> Workload:
+        vocab_size: int = 32000, start_s: float | None = None, **columns: Any) -> Workload:
     """Any per-request CSV (`loaders.load_azure` layouts, or columns named in ``columns``:
     ``arrival_col``, ``prompt_col``, ``output_col``, ``time_unit``, ``invalid``)."""
     w = (loaders.load_csv(path, seed=seed, vocab_size=vocab_size, **columns) if columns
          else loaders.load_azure(path, seed=seed, vocab_size=vocab_size))
-    return shape(w, num_requests, duration_s, time_scale, rate)
+    return shape(w, num_requests, duration_s, time_scale, rate, start_s)
 
 
 @WORKLOADS.register("mooncake")
 def mooncake(path: str, block_size: int = 512, num_requests: int | None = None,
              duration_s: float | None = None, time_scale: float | None = None,
-             rate: float | None = None, seed: int = 0, vocab_size: int = 32000) -> Workload:
+             rate: float | None = None, seed: int = 0, vocab_size: int = 32000,
+             start_s: float | None = None) -> Workload:
     """Mooncake-style JSONL with block ``hash_ids``."""
     w = loaders.load_mooncake(path, block_size=block_size, seed=seed, vocab_size=vocab_size)
-    return shape(w, num_requests, duration_s, time_scale, rate)
+    return shape(w, num_requests, duration_s, time_scale, rate, start_s)
 
 
 @WORKLOADS.register("sharegpt")

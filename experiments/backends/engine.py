@@ -28,40 +28,60 @@ class EngineBackend(Backend):
 
     Without ``model.path`` the model shape's config.json is written into the run folder and the
     weights are random (``load_format=dummy``): timing is real, token values are not.
+    ``backend.warmup`` (default true) runs `Engine.warmup` before the trace. Built with an
+    ``engine``, every run replays on that engine (the caller owns it; its config must match the
+    runs'), which saves building and warming one per run.
     """
 
+    def __init__(self, engine: Any = None) -> None:
+        self.engine = engine
+
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
-        from twinserve.engine.config import EngineConfig
         from twinserve.engine.replay import replay_workload
 
-        cfg, b = ctx.cfg, ctx.cfg["backend"]
-        model_path = cfg["model"].get("path")
-        load_format = str(b.get("load_format", "safetensors"))
-        if not model_path:
-            mdir = ctx.out_dir / "model"
-            mdir.mkdir(parents=True, exist_ok=True)
-            (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
-            model_path, load_format = str(mdir), "dummy"
-        knobs = {f.name for f in fields(SchedulerConfig)}
-        sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ("page_size", "max_graph_bs")}
-        if cfg["model"].get("max_model_len"):
-            sched["max_model_len"] = int(cfg["model"]["max_model_len"])
-        ecfg = EngineConfig(
-            model=str(model_path), load_format=load_format,
-            page_size=int(cfg["scheduler"].get("page_size", 16)),
-            max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
-            mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
-            scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
-            cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
-            memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
-            seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
-            **no_nulls({k: b.get(k) for k in ("device", "dtype", "cuda_graphs", "overlap",
-                                             "attention_backend", "cpu_kv_tokens")}),
-        )
-        reqs, records = replay_workload(ecfg, workload, progress=ctx.progress)
+        ecfg = engine_config(ctx)
+        b = ctx.cfg["backend"]
+        kw = {"engine": self.engine} if self.engine is not None else {}
+        reqs, records = replay_workload(ecfg, workload, progress=ctx.progress,
+                                        warmup=bool(b.get("warmup", True)), **kw)
         done = {r.rid for r in reqs}
         rejected = [(s.rid, "skipped by the engine") for s in workload if s.rid not in done]
         simple = (str, int, float, bool, type(None))
-        meta = {"engine_config": {f.name: getattr(ecfg, f.name) for f in fields(ecfg)
-                                  if isinstance(getattr(ecfg, f.name), simple)}}
+        used = self.engine.cfg if self.engine is not None else ecfg
+        meta = {"engine_config": {f.name: getattr(used, f.name) for f in fields(used)
+                                  if isinstance(getattr(used, f.name), simple)}}
+        if self.engine is not None:
+            meta["engine_config"]["overlap"] = bool(self.engine.overlap)
         return BackendResult(requests_frame(reqs, 0), steps_frame(records), rejected, meta)
+
+
+def engine_config(ctx: RunContext) -> Any:
+    """The `EngineConfig` of a run config (writes the shape's config.json into the run folder
+    when there is no ``model.path``)."""
+    from twinserve.engine.config import EngineConfig
+
+    cfg, b = ctx.cfg, ctx.cfg["backend"]
+    model_path = cfg["model"].get("path")
+    load_format = str(b.get("load_format", "safetensors"))
+    if not model_path:
+        mdir = ctx.out_dir / "model"
+        mdir.mkdir(parents=True, exist_ok=True)
+        (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
+        model_path, load_format = str(mdir), "dummy"
+    knobs = {f.name for f in fields(SchedulerConfig)}
+    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ("page_size", "max_graph_bs")}
+    if cfg["model"].get("max_model_len"):
+        sched["max_model_len"] = int(cfg["model"]["max_model_len"])
+    ecfg = EngineConfig(
+        model=str(model_path), load_format=load_format,
+        page_size=int(cfg["scheduler"].get("page_size", 16)),
+        max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
+        mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
+        scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
+        cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
+        memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
+        seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
+        **no_nulls({k: b.get(k) for k in ("device", "dtype", "cuda_graphs", "overlap",
+                                         "attention_backend", "cpu_kv_tokens")}),
+    )
+    return ecfg

@@ -128,7 +128,7 @@ def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, m
 
     seen: dict[str, Any] = {}
 
-    def fake_replay(ecfg: Any, workload: Any, progress: bool = True) -> tuple[list, list]:
+    def fake_replay(ecfg: Any, workload: Any, progress: bool = True, **kw: Any) -> tuple[list, list]:
         seen["cfg"] = ecfg
         reqs = []
         for spec in list(workload)[:-1]:  # pretend the last one was skipped

@@ -1,0 +1,281 @@
+"""The fidelity suite: one engine per model measures its capacity and serves every workload at
+25/50/75/90 % of it; the simulator then replays the same runs and the tables are written.
+
+    # on the GPU host (one process per model; the engine is built and warmed up once):
+    python -m twinserve.experiments.fidelity engine --model llama3-8b --out RUNS [--budget-s 540]
+        [--profile-s 120] [--duration-s 15] [--cap-requests 150] [overrides...]
+    # here, after calibrating from RUNS/<model>/profile_steps.parquet:
+    python -m twinserve.experiments.fidelity report RUNS --out experiments/fidelity/h200
+
+``engine`` writes, under ``RUNS/<model>/``: ``profile_steps.parquet`` (the profiler's grid plus
+replays of *other* trace windows than the measured runs: the calibration's input),
+``capacity.json`` (per workload: requests sent at once, completion time, req/s) and one run
+folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``.
+Runs are ordered 25/50/75 % of every workload first, 90 % last, and skipped (listed in
+``suite.json``) when the budget runs out. ``report`` reruns each folder's overrides with
+``backend=sim`` (same KV pool size; the overlap loop when the engine overlapped), writes
+``compare.md``/``compare.csv``/``step_diff.json`` per run and one ``fidelity.md`` table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+LOADS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteWorkload:
+    """One workload of the suite: its overrides, how a load becomes its ``rate`` override
+    (``per_rate`` requests/s per unit of ``workload.rate``), and the calibration replay's
+    overrides (a different trace window or seed than the measured runs)."""
+
+    name: str
+    overrides: tuple[str, ...]
+    per_rate: float = 1.0
+    calib: tuple[str, ...] = ()
+
+
+SUITE: tuple[SuiteWorkload, ...] = (
+    SuiteWorkload("azure_conv", ("workload=azure_conv", "workload.start_s=900"),
+                  calib=("workload=azure_conv", "workload.start_s=2400")),
+    SuiteWorkload("azure_code", ("workload=azure_code", "workload.start_s=900"),
+                  calib=("workload=azure_code", "workload.start_s=2400")),
+    SuiteWorkload("shared_prefix", ("workload=shared_prefix", "workload.num_requests=null"),
+                  calib=("workload=shared_prefix", "workload.num_requests=null", "seed=7")),
+    SuiteWorkload("sessions", ("workload=sessions", "workload.think_time=2", "workload.num_sessions=2000"),
+                  per_rate=0.0,  # measured from the generator (turns per session start)
+                  calib=("workload=sessions", "workload.think_time=2", "workload.num_sessions=2000", "seed=7")),
+)
+
+
+def _compose(overrides: Sequence[str]) -> Any:
+    from twinserve.experiments.compare import compose_config
+
+    return compose_config(list(overrides))
+
+
+def _build(overrides: Sequence[str]) -> Any:
+    from twinserve.experiments.build import build_workload, model_shape, plain
+
+    cfg = plain(_compose(overrides))
+    return build_workload(cfg["workload"], model_shape(cfg["model"]).vocab_size)
+
+
+def requests_per_rate(w: SuiteWorkload, base: Sequence[str], probe_s: float = 120.0) -> float:
+    """Requests per second per unit of ``workload.rate`` (1 for request-rate workloads)."""
+    if w.per_rate > 0:
+        return w.per_rate
+    wl = _build([*base, *w.overrides, "workload.rate=1", f"workload.duration_s={probe_s}"])
+    return len(wl) / probe_s
+
+
+def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float) -> list[str]:
+    """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s``."""
+    rate = req_rate / requests_per_rate(w, base)
+    return [*base, *w.overrides, f"workload.rate={rate:.6g}", f"workload.duration_s={duration_s:g}"]
+
+
+# ---- engine side (GPU host) ----------------------------------------------------------------
+class _Suite:
+    """Holds the one engine and the deadline; every stage checks the time left."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.t0 = time.perf_counter()
+        self.base = [f"model={args.model}", "backend=engine", "print_summary=false", "progress=false",
+                     *args.overrides]
+        self.out = Path(args.out) / args.model
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log: dict[str, Any] = {"model": args.model, "base": self.base, "stages": [], "skipped": []}
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.perf_counter() - self.t0)
+
+    def note(self, stage: str, **facts: Any) -> None:
+        facts = {"stage": stage, "at_s": round(time.perf_counter() - self.t0, 1), **facts}
+        self.log["stages"].append(facts)
+        print(json.dumps(facts), flush=True)
+        (self.out / "suite.json").write_text(json.dumps(self.log, indent=2))
+
+    def build_engine(self) -> Any:
+        from twinserve.engine.engine import Engine
+        from twinserve.experiments.backends.base import RunContext
+        from twinserve.experiments.backends.engine import engine_config
+        from twinserve.experiments.build import hardware_spec, model_shape, plain
+
+        cfg = plain(_compose([*self.base, *SUITE[0].overrides]))
+        ctx = RunContext(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]), self.out, False)
+        eng = Engine(engine_config(ctx))
+        self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
+                  overlap=bool(eng.overlap), device=str(eng.device))
+        return eng
+
+    def profile(self, eng: Any) -> None:
+        """Grid for half the profile budget, then calibration replays of other windows."""
+        from twinserve.engine.profiler import ProfileGrid, profile_engine
+        from twinserve.engine.replay import replay_workload
+
+        a = self.args
+        cuda = eng.device.type == "cuda"
+        grid = ProfileGrid() if cuda else ProfileGrid.tiny()
+        res = profile_engine(eng, grid, a.profile_s * 0.5, None, warmup=False, progress=a.progress)
+        frames = [res.steps]
+        self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
+        per = a.profile_s * 0.5 / len(SUITE)
+        for w in SUITE:
+            wl = _build([*self.base, *w.calib, f"workload.rate={a.calib_rate / requests_per_rate(w, self.base):.6g}",
+                         f"workload.duration_s={per:g}"])
+            n0 = len(frames)
+            _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
+            frames.append(pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1,
+                                         "workload": w.name} for r in recs]))
+            self.note("profile_replay", workload=w.name, requests=len(wl), rows=len(frames[n0]))
+        steps = pd.concat(frames, ignore_index=True)
+        steps.to_parquet(self.out / "profile_steps.parquet", index=False)
+
+    def capacity(self, eng: Any, w: SuiteWorkload) -> float:
+        """Requests/s when ``cap_requests`` of the workload arrive at once."""
+        from twinserve.engine.replay import replay_workload
+
+        wl = _build([*self.base, *w.overrides, f"workload.rate=1", "workload.duration_s=100000"])
+        wl = wl.head(self.args.cap_requests).scale_time(0.0)
+        reqs, _ = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
+        span = max(r.t_finish for r in reqs) if reqs else float("nan")
+        cap = len(reqs) / span
+        self.note("capacity", workload=w.name, requests=len(reqs), span_s=round(span, 3), req_per_s=round(cap, 3))
+        return cap
+
+    def run(self, eng: Any, w: SuiteWorkload, load: float, cap: float) -> None:
+        from twinserve.experiments.backends.engine import EngineBackend
+        from twinserve.experiments.run import run_experiment
+
+        name = f"{w.name}_{round(load * 100)}"
+        ov = load_overrides(w, self.base, load * cap, self.args.duration_s)
+        d = self.out / name
+        s = run_experiment(_compose(ov), d, backend=EngineBackend(eng))
+        (d / "overrides.json").write_text(json.dumps({"overrides": ov, "load": load, "capacity_req_s": cap,
+                                                      "target_req_s": load * cap}, indent=2))
+        self.note("run", name=name, target_req_s=round(load * cap, 3),
+                  served_req_s=round(s.get("request_throughput") or 0.0, 3), completed=s.get("completed"),
+                  mean_ttft_ms=round(s.get("mean_ttft_ms") or 0.0, 2), mean_tpot_ms=round(s.get("mean_tpot_ms") or 0.0, 3))
+
+
+def run_engine_suite(args: argparse.Namespace) -> Path:
+    suite = _Suite(args)
+    eng = suite.build_engine()
+    try:
+        if args.profile_s > 0:
+            suite.profile(eng)
+        caps: dict[str, float] = {}
+        for w in SUITE:
+            caps[w.name] = suite.capacity(eng, w)
+        (suite.out / "capacity.json").write_text(json.dumps(caps, indent=2))
+        plan = [(w, ld) for ld in LOADS if ld < 0.9 for w in SUITE] + [(w, 0.9) for w in SUITE]
+        for w, ld in plan:
+            need = args.duration_s * (1.0 + ld) + 5.0
+            if suite.left() < need:
+                suite.log["skipped"].append(f"{w.name}_{round(ld * 100)}")
+                suite.note("skip", name=f"{w.name}_{round(ld * 100)}", left_s=round(suite.left(), 1))
+                continue
+            suite.run(eng, w, ld, caps[w.name])
+    finally:
+        eng.shutdown()
+    suite.note("done")
+    return suite.out
+
+
+# ---- simulator side and tables (here) ------------------------------------------------------
+def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple[pd.DataFrame, Any]:
+    """Rerun one engine run folder's overrides on the simulator and write the comparison."""
+    from twinserve.experiments.compare import engine_overlapped, write_report
+    from twinserve.experiments.run import load_run, run_experiment
+
+    ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
+    _, steps, summary = load_run(run_dir)
+    sim = [o for o in ov if not o.startswith(("backend=", "kv.num_pages="))]
+    pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
+    sim += ["backend=sim", f"kv.num_pages={pages}",
+            f"backend.pipeline={str(engine_overlapped(summary)).lower()}", *extra]
+    run_experiment(_compose(sim), out_dir / "sim")
+    return write_report(run_dir, out_dir / "sim", out_dir, title=f"{run_dir.parent.name} {run_dir.name}")
+
+
+SHOWN = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms",
+         "p99_e2el_ms", "request_throughput", "output_throughput")
+
+
+def fidelity_table(rows: list[dict[str, Any]]) -> str:
+    """One markdown row per run: served req/s, load, then each shown metric's signed error."""
+    from twinserve.experiments.compare import METRICS
+
+    labels = dict(METRICS)
+    head = ["run", "load", "engine req/s"] + [labels[k].replace(" (ms)", "").replace(" (req/s)", "")
+                                              .replace(" (tok/s)", "") for k in SHOWN]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for r in rows:
+        errs = [f"{r['err'][k]:+.1f}%" if r["err"].get(k) == r["err"].get(k) else "n/a" for k in SHOWN]
+        lines.append(f"| {r['run']} | {r['load']:.0%} | {r['req_s']:.2f} | " + " | ".join(errs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_report(args: argparse.Namespace) -> Path:
+    out = Path(args.out)
+    rows = []
+    for model_dir in sorted(p for p in Path(args.runs).iterdir() if p.is_dir()):
+        runs = sorted((d for d in model_dir.iterdir() if (d / "overrides.json").exists()),
+                      key=lambda d: (d.name.rsplit("_", 1)[0], int(d.name.rsplit("_", 1)[1])))
+        for d in runs:
+            dest = out / f"{model_dir.name}_{d.name}"
+            print(f"[fidelity] {model_dir.name} {d.name}", file=sys.stderr, flush=True)
+            table, _ = resimulate(d, dest, args.sim_overrides)
+            meta = json.loads((d / "overrides.json").read_text())
+            e_req = float(table.set_index("key").loc["request_throughput", "engine"])
+            rows.append({"run": f"{model_dir.name} {d.name}", "load": meta["load"], "req_s": e_req,
+                         "err": dict(zip(table["key"], table["err_pct"]))})
+    text = fidelity_table(rows)
+    (out / "fidelity.md").write_text(text)
+    pd.DataFrame([{"run": r["run"], "load": r["load"], "engine_req_s": r["req_s"], **r["err"]} for r in rows]
+                 ).to_csv(out / "fidelity.csv", index=False)
+    print(text)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="Simulator-vs-engine fidelity suite.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("engine", help="engine side: profile, capacity, runs at each load")
+    e.add_argument("--model", required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--budget-s", type=float, default=540.0)
+    e.add_argument("--profile-s", type=float, default=120.0, help="0 = no calibration profile")
+    e.add_argument("--calib-rate", type=float, default=20.0, help="req/s of the calibration replays")
+    e.add_argument("--duration-s", type=float, default=15.0, help="trace seconds per measured run")
+    e.add_argument("--cap-requests", type=int, default=200, help="requests sent at once to measure capacity")
+    e.add_argument("--progress", action="store_true")
+    e.add_argument("overrides", nargs="*", help="twinserve-run overrides for every run (e.g. hardware=h200)")
+    r = sub.add_parser("report", help="simulator side and tables")
+    r.add_argument("runs", help="the engine side's --out")
+    r.add_argument("--out", required=True)
+    r.add_argument("sim_overrides", nargs="*", help="extra overrides for the simulator runs")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "engine":
+        run_engine_suite(args)
+    else:
+        run_report(args)
+
+
+if __name__ == "__main__":
+    main()

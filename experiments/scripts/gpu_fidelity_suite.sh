@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The fidelity suite's engine side for one model on the GPU host (repository root; carry .whl and
+# .fik): profile for calibration, measure capacity per workload, serve each at 25/50/75/90 %.
+#   experiments/scripts/gpu_fidelity_suite.sh OUTDIR MODEL BUDGET_S [suite args...]
+# e.g. experiments/scripts/gpu_fidelity_suite.sh $OUT qwen3-0.6b 480 --calib-rate 30 --cap-requests 300
+# OUTDIR gets all.log and suite.tgz (MODEL/: profile_steps.parquet, capacity.json, suite.json,
+# one engine run folder per workload and load); then, here:
+#   python -m twinserve.experiments.calibrate --from-steps .../profile_steps.parquet ...
+#   python -m twinserve.experiments.fidelity report RUNS --out experiments/fidelity/h200
+set -u
+OUT_DIR=${1:?usage: gpu_fidelity_suite.sh OUTDIR MODEL BUDGET_S [args]}; MODEL=${2:?model}; BUDGET=${3:?budget}
+shift 3
+. experiments/scripts/gpu_setup.sh "$OUT_DIR/all.log"
+echo "setup done at $SECONDS s" | tee -a "$OUT_DIR/all.log"
+timeout $((BUDGET + 60)) python3 -m twinserve.experiments.fidelity engine --model "$MODEL" \
+  --out "$OUT_DIR/runs" --budget-s "$BUDGET" "$@" 2>&1 | grep -v Warning | tee -a "$OUT_DIR/all.log" | grep '^{'
+echo "suite rc=${PIPESTATUS[0]} at $SECONDS s" | tee -a "$OUT_DIR/all.log"
+find "$OUT_DIR/runs" -type d -name model -prune -exec rm -rf {} + 2>/dev/null
+tar czf "$OUT_DIR/suite.tgz" -C "$OUT_DIR" runs && rm -rf "$OUT_DIR/runs"
+ls -la "$OUT_DIR"
