@@ -146,7 +146,7 @@ class _Suite:
         """Requests/s when ``cap_requests`` of the workload arrive at once."""
         from twinserve.engine.replay import replay_workload
 
-        wl = _build([*self.base, *w.overrides, f"workload.rate=1", "workload.duration_s=100000"])
+        wl = _build([*self.base, *w.overrides, "workload.rate=1", "workload.duration_s=100000"])
         wl = wl.head(self.args.cap_requests).scale_time(0.0)
         reqs, _ = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
         span = max(r.t_finish for r in reqs) if reqs else float("nan")

@@ -32,14 +32,12 @@ def shape(w: Workload, num_requests: int | None = None, duration_s: float | None
     ``round(rate * duration_s)`` requests, so the slice that runs has the mean rate asked for
     (rescaling the whole trace first would give a window at whatever rate that stretch had).
     """
-    if start_s:
-        if len(w):
-            t0 = float(w.arrivals[0])
-            w = w.window(t0 + float(start_s), float("inf"))
+    if start_s and len(w):
+        w = w.window(float(w.arrivals[0]) + float(start_s), float("inf"))
     if time_scale is not None:
         w = w.scale_time(time_scale)
     if num_requests is None and rate is not None and duration_s is not None and not math.isinf(rate):
-        num_requests = max(2, int(round(rate * duration_s)))
+        num_requests = max(2, round(rate * duration_s))
     if num_requests is not None:
         w = w.head(num_requests)
     if rate is not None:
