@@ -189,7 +189,8 @@ class Engine:
         n0 = len(self.steps)
         rng = np.random.default_rng(seed)
         vocab = self.model_config.vocab_size
-        cap = min(self.max_model_len - 8, self.sched_config.num_pages * self.sched_config.page_size // 2)
+        sc = self.sched_config
+        cap = min(sc.max_model_len - 8, sc.max_num_batched_tokens, sc.num_pages * sc.page_size // 2)
         lens = [n for n in prompt_lens if n <= cap] + [min(64, cap)] * decodes
         for i, n in enumerate(lens):
             ids = rng.integers(1, vocab, size=n, dtype=np.int64).astype(np.int32)

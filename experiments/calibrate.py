@@ -111,6 +111,13 @@ def summary_lines(cal: Calibration) -> list[str]:
         lines.append(f"  {name:8s} held-out MAPE {mape} (train {fit.n}, test {fit.n_test})")
     cpu_mape = "n/a" if cal.cpu.mape is None else f"{100 * cal.cpu.mape:.2f}%"
     lines.append(f"  cpu      held-out MAPE {cpu_mape} (host time), overlap={cal.cpu.overlap}")
+    if cal.host is not None:
+        h = cal.host
+        parts = [("sched", h.sched), ("complete", h.complete), ("loop", h.loop),
+                 *((f"launch/{k}", v) for k, v in h.launch.items())]
+        for name, fit in parts:
+            m = "n/a" if fit.mape is None else f"{100 * fit.mape:.1f}%"
+            lines.append(f"  host {name:14s} base {1e3 * fit.coef[0]:.3f} ms, held-out MAPE {m}")
     notes = json.loads(cal.provenance.notes or "{}")
     for name, e in (notes.get("replay_error") or {}).items():
         lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")

@@ -5,7 +5,7 @@
     python -m twinserve.experiments.fidelity engine --model llama3-8b --out RUNS [--budget-s 540]
         [--profile-s 120] [--duration-s 15] [--cap-requests 150] [overrides...]
     # here, after calibrating from RUNS/<model>/profile_steps.parquet:
-    python -m twinserve.experiments.fidelity report RUNS --out experiments/fidelity/h200
+    python -m twinserve.experiments.fidelity report --out experiments/fidelity/h200 RUNS [sim overrides...]
 
 ``engine`` writes, under ``RUNS/<model>/``: ``profile_steps.parquet`` (the profiler's grid plus
 replays of *other* trace windows than the measured runs: the calibration's input),
@@ -201,7 +201,7 @@ def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple
 
     ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
     _, steps, summary = load_run(run_dir)
-    sim = [o for o in ov if not o.startswith(("backend=", "kv.num_pages="))]
+    sim = [o for o in ov if not o.lstrip("+~").startswith(("backend=", "backend.", "kv.num_pages="))]
     pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
     sim += ["backend=sim", f"kv.num_pages={pages}",
             f"backend.pipeline={str(engine_overlapped(summary)).lower()}", *extra]

@@ -113,31 +113,57 @@ class Replica:
             self._on_finish(finished, self.index)
 
     def _run_pipelined(self) -> Generator:
-        """The engine's overlap loop: the next batch is scheduled when the current one starts,
-        before its tokens are known, so a request that arrives during step k is first seen by
-        the batch that runs after step k+1 (one step later than in ``_run``)::
+        """The engine's overlap loop, host and device as two timelines. Iteration k starts at
+        ``t``: ``schedule`` takes ``sched``; the step's device span starts when the device is
+        free and the host has marked it (the mark also waits until the previous step has
+        started on the device, as the engine's attention plan does); the host then spends
+        ``launch``, waits for step k-1's device end, delivers its tokens (``complete`` of k-1),
+        and spends ``loop`` before iteration k+1::
 
-            batch = schedule(now)
-            loop: nxt = schedule(now); sleep(batch's wall time); complete(batch); batch = nxt
+            mark = max(t + sched, dev_start[k-1]);  dev_start[k] = max(dev_end[k-1], mark)
+            dev_end[k] = dev_start[k] + device time
+            tokens of k-1 at max(mark + launch, dev_end[k-1]);  next t = that + complete + loop
 
-        Placeholders and in-flight lengths are the scheduler's own overlap support. No
+        Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits); a request
+        arriving during iteration k is first scheduled in iteration k+1, as in the engine. No
         fast-forward here (a batch is always in flight)."""
-        env, sched = self.env, self.sched
-        batch = None
+        env, sched, cost = self.env, self.sched, self.cost
+        prev: tuple[Batch, Any, float, float, float] | None = None  # batch, rec, dev start, end, complete
+        dev_end = -math.inf
         while True:
-            if batch is None:
-                batch = sched.schedule(env.now)
+            t = env.now
+            batch = sched.schedule(t)
+            if batch is None and prev is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            t_host = t
+            launched = None
+            loop = 0.0
+            if batch is not None:
+                gpu, _, _ = self._step_cost(batch)
+                hp = cost.host_parts(batch.features())
+                rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.launch + hp.complete,
+                                   replica=self.index)
+                mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
+                d0 = max(dev_end, mark)
+                dev_end = d0 + gpu
+                launched = (batch, rec, d0, dev_end, hp.complete)
+                t_host = mark + hp.launch
+                loop = hp.loop
+            if prev is not None:
+                t_tok = max(t_host, prev[3])
+                if t_tok > env.now:
+                    yield env.timeout(t_tok - env.now)
+                self._complete(prev[0], prev[1], prev[3] - prev[2])
+                t_host = t_tok + prev[4]
                 if batch is None:
-                    self._wake = env.event()
-                    yield self._wake
-                    self._wake = None
-                    continue
-            gpu, cpu, wall = self._step_cost(batch)
-            rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
-            nxt = sched.schedule(env.now)
-            yield env.timeout(wall)
-            self._complete(batch, rec, wall)
-            batch = nxt
+                    loop = cost.host_parts(prev[0].features()).loop
+            prev = launched
+            nxt = t_host + loop
+            if nxt > env.now:
+                yield env.timeout(nxt - env.now)
 
     def _stretch(self) -> float | None:
         """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return

@@ -6,7 +6,7 @@
 # OUTDIR gets all.log and suite.tgz (MODEL/: profile_steps.parquet, capacity.json, suite.json,
 # one engine run folder per workload and load); then, here:
 #   python -m twinserve.experiments.calibrate --from-steps .../profile_steps.parquet ...
-#   python -m twinserve.experiments.fidelity report RUNS --out experiments/fidelity/h200
+#   python -m twinserve.experiments.fidelity report --out experiments/fidelity/h200 RUNS
 set -u
 OUT_DIR=${1:?usage: gpu_fidelity_suite.sh OUTDIR MODEL BUDGET_S [args]}; MODEL=${2:?model}; BUDGET=${3:?budget}
 shift 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -71,6 +72,20 @@ class FeatureScalars:
             setattr(self, n, float(getattr(f, n)))
 
 
+@dataclass(frozen=True, slots=True)
+class HostParts:
+    """The host side of one step in the engine's overlap loop, in seconds: ``sched`` (the
+    scheduler's ``schedule()``, before the device may start the step), ``launch`` (input copy,
+    attention plan and kernel launches), ``complete`` (``complete()`` once the step's tokens are
+    back) and ``loop`` (the rest of a loop iteration: the serving driver around ``step()``).
+    Invariant: every part >= 0."""
+
+    sched: float
+    launch: float
+    complete: float
+    loop: float
+
+
 class CostModel(ABC):
     """How long one scheduler step takes on a backend that does not exist here.
 
@@ -81,7 +96,8 @@ class CostModel(ABC):
     - ``step_time(f)`` is the device (GPU) time of one step, ``cpu_time(f)`` the host time the
       scheduler and input preparation take for it. ``overlap`` says whether the host prepares step
       k+1 while the device runs step k: the step's wall time is then ``max(gpu, cpu)``, otherwise
-      ``gpu + cpu`` (``wall_time``).
+      ``gpu + cpu`` (``wall_time``). ``host_parts(f)`` splits the host time into the parts of the
+      engine's overlap loop (`HostParts`), for the simulator's ``pipeline`` loop.
     - ``noise_quantiles()`` returns (levels, multiplicative factors) of the model's residual
       distribution, or None; the simulator draws noise from it on its own random stream.
     - A model is immutable after construction and holds no random state.
@@ -109,6 +125,11 @@ class CostModel(ABC):
 
     def wall_time(self, gpu: float, cpu: float) -> float:
         return max(gpu, cpu) if self.overlap else gpu + cpu
+
+    def host_parts(self, f: BatchFeatures) -> HostParts:
+        """The step's host time split the way the engine's overlap loop spends it (the
+        simulator's ``pipeline`` loop uses it). Default: all of ``cpu_time`` is launch work."""
+        return HostParts(0.0, self.cpu_time(f), 0.0, 0.0)
 
     # ---- many steps (fast-forward) --------------------------------------------------------
     def step_times(self, feats: Sequence[BatchFeatures] | FeatureColumns) -> np.ndarray:

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from twinserve.simulator.cost.base import COST_MODELS, CostModel, Max
+from twinserve.core.batch import BatchFeatures
+from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
 from twinserve.simulator.cost.calibration import Calibration, LinearFit
 
 
@@ -32,8 +33,8 @@ class CalibratedCostModel(CostModel):
 
     A step's regime is ``decode`` (no prefill chunk), ``prefill`` (no decode) or ``mixed`` (both;
     the prefill fit when the file has no mixed fit). Device time = the regime's linear model,
-    floored at ``min_step_s``; host time = the file's cpu model; ``overlap`` comes from the file
-    unless overridden. ``noise_quantiles`` exposes the file's residual quantiles.
+    floored at ``min_step_s``; host time = the file's cpu model, split into the overlap loop's
+    parts by its ``host`` fits when it has them; ``overlap`` comes from the file unless overridden. ``noise_quantiles`` exposes the file's residual quantiles.
     """
 
     def __init__(self, calibration: Calibration | str | Path, overlap: bool | None = None,
@@ -57,6 +58,15 @@ class CalibratedCostModel(CostModel):
 
     def _cpu(self, x: Any, mx: Max) -> Any:
         return mx(_linear(self.calibration.cpu, x), 0.0)
+
+    def host_parts(self, f: BatchFeatures) -> HostParts:
+        h = self.calibration.host
+        if h is None:
+            return super().host_parts(f)
+        x = FeatureScalars(f)
+        regime = "decode" if not f.num_prefills else "prefill" if not f.num_decodes else "mixed"
+        launch = h.launch.get(regime, h.launch["prefill"])
+        return HostParts(*(max(float(_linear(fit, x)), 0.0) for fit in (h.sched, launch, h.complete, h.loop)))
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

@@ -16,7 +16,11 @@ Format (``version`` 1), one JSON object::
       },
       "cpu": {"terms": ["1", "num_seqs"], "coef": [2e-4, 3e-6], "overlap": true,
               "mape": 0.1, "n": 1800},
-      "residuals": {"levels": [0.0, 0.01, ..., 1.0], "ratio": [0.93, 0.96, ..., 1.12]}
+      "residuals": {"levels": [0.0, 0.01, ..., 1.0], "ratio": [0.93, 0.96, ..., 1.12]},
+      "host": {                                             # optional: the overlap loop's host parts
+        "sched": {...}, "complete": {...}, "loop": {...},   # LinearFits like the regimes'
+        "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}}
+      }
     }
 
 A term is ``"1"``, a feature name, or a product of feature names ``"a*b"``; a regime's prediction is
@@ -24,6 +28,9 @@ A term is ``"1"``, a feature name, or a product of feature names ``"a*b"``; a re
 ``prefill`` = no decode, ``mixed`` = both. ``mape`` is the held-out mean absolute percentage error
 (as a fraction; null when not measured), ``n`` the rows fitted, ``n_test`` the held-out rows. ``residuals`` gives quantiles
 of measured / predicted device time at the listed levels (the simulator's noise draws from it).
+``host`` splits the host time of the engine's overlap loop into ``sched`` / ``launch`` /
+``complete`` / ``loop`` (see ``base.HostParts``); the simulator's ``pipeline`` loop uses it, and
+a file without it puts all of ``cpu`` in ``launch``.
 """
 
 from __future__ import annotations
@@ -91,6 +98,27 @@ class CpuFit(LinearFit):
 
 
 @dataclass(slots=True)
+class HostFit:
+    """The host side of the engine's overlap loop, one linear model per part (see
+    ``base.HostParts``): ``sched``, ``launch`` (per regime, like the device models),
+    ``complete`` and ``loop``."""
+
+    sched: LinearFit
+    launch: dict[str, LinearFit]
+    complete: LinearFit
+    loop: LinearFit
+
+    def __post_init__(self) -> None:
+        if "decode" not in self.launch or "prefill" not in self.launch:
+            raise ValueError("host launch fits need the decode and prefill regimes")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HostFit":
+        return cls(sched=LinearFit(**d["sched"]), launch={k: LinearFit(**v) for k, v in d["launch"].items()},
+                   complete=LinearFit(**d["complete"]), loop=LinearFit(**d["loop"]))
+
+
+@dataclass(slots=True)
 class Residuals:
     """Quantiles of measured / predicted device time (``levels`` ascending in [0, 1])."""
 
@@ -119,6 +147,7 @@ class Calibration:
     residuals: Residuals = field(default_factory=Residuals)
     features: list[str] = field(default_factory=list)
     version: int = FORMAT_VERSION
+    host: HostFit | None = None
 
     def __post_init__(self) -> None:
         if self.version != FORMAT_VERSION:
@@ -127,15 +156,20 @@ class Calibration:
         unknown = [r for r in self.regimes if r not in REGIMES]
         if missing or unknown:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
-        used = sorted({p for fit in [*self.regimes.values(), self.cpu] for t in fit.terms
+        host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
+                                             *self.host.launch.values()]
+        used = sorted({p for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
                        for p in t.split("*") if t != "1"})
         self.features = sorted(set(self.features) | set(used))
 
     # ---- JSON ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        return {"version": d["version"], "provenance": d["provenance"], "features": d["features"],
-                "regimes": d["regimes"], "cpu": d["cpu"], "residuals": d["residuals"]}
+        out = {"version": d["version"], "provenance": d["provenance"], "features": d["features"],
+               "regimes": d["regimes"], "cpu": d["cpu"], "residuals": d["residuals"]}
+        if d["host"] is not None:
+            out["host"] = d["host"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Calibration":
@@ -146,6 +180,7 @@ class Calibration:
             regimes={k: LinearFit(**v) for k, v in d["regimes"].items()},
             cpu=CpuFit(**d["cpu"]),
             residuals=Residuals(**d.get("residuals", {})),
+            host=HostFit.from_dict(d["host"]) if d.get("host") else None,
         )
 
     def save(self, path: str | Path) -> Path:

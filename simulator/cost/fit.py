@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import (
-    Calibration, CpuFit, LinearFit, Provenance, Residuals, check_terms,
+    Calibration, CpuFit, HostFit, LinearFit, Provenance, Residuals, check_terms,
 )
 from twinserve.simulator.cost.nnls import nnls
 
@@ -18,8 +18,20 @@ DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "mixed": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
+HOST_TERMS: Mapping[str, Sequence[str]] = {
+    "sched": ("1", "num_seqs", "new_tokens"),
+    "launch": ("1", "num_seqs", "new_tokens"),
+    "complete": ("1", "num_seqs"),
+    "loop": ("1", "num_seqs"),
+}
+# The engine's per-step timeline columns (`Engine` docstring) that `fit_host` needs.
+TIMELINE_COLUMNS: tuple[str, ...] = ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at",
+                                     "complete_s")
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
+
+
+REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
 
 
 def regime_of(df: pd.DataFrame) -> pd.Series:
@@ -110,4 +122,67 @@ def fit_calibration(
     r = np.concatenate(ratios)
     levels = list(RESIDUAL_LEVELS)
     residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
-    return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals)
+    host = fit_host(steps, rng, holdout) if overlap else None
+    return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host)
+
+
+def loop_overhead(steps: pd.DataFrame) -> pd.Series:
+    """Per step, the host time of its loop iteration outside the engine's own work: from the
+    iteration's last engine event (its launch, or a step's tokens + ``complete``) to the next
+    iteration's start. Rows are in execution order; a run ends where ``iter_start`` goes back
+    (a clock reset). Idle waits and iterations that launched nothing show up as long gaps
+    (the caller filters them)."""
+    it0 = steps["iter_start"].to_numpy(np.float64)
+    group = pd.Series(np.concatenate([[0], np.cumsum(np.diff(it0) < 0)]), index=steps.index)
+    out = pd.Series(np.nan, index=steps.index)
+    for _, g in steps.groupby(group, sort=False):
+        g = g.sort_values("iter_start", kind="stable")
+        it = g["iter_start"].to_numpy(np.float64)
+        te = (g["tokens_at"] + g["complete_s"]).to_numpy(np.float64)
+        le = g["launch_end"].to_numpy(np.float64)
+        nxt = np.append(it[1:], np.nan)
+        end = le.copy()
+        own = te <= nxt
+        end = np.where(own, np.maximum(end, te), end)
+        prev_te = np.insert(te[:-1], 0, -np.inf)
+        end = np.where((prev_te <= nxt) & (prev_te > it), np.maximum(end, prev_te), end)
+        o = nxt - end
+        out.loc[g.index] = o
+    return out
+
+
+def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2,
+             terms: Mapping[str, Sequence[str]] = HOST_TERMS) -> HostFit | None:
+    """Fit the overlap loop's host parts (`HostFit`) from the engine's timeline columns, or
+    None when ``steps`` lacks them. Absolute least squares (the parts add up along the
+    timeline, so their means matter more than their relative error); ``launch`` per regime.
+    Loop overheads count only iterations followed at once by another (below 3x their median)."""
+    if not all(c in steps for c in TIMELINE_COLUMNS):
+        return None
+    st = steps.dropna(subset=list(TIMELINE_COLUMNS))
+    if len(st) < 10:
+        return None
+    regime = regime_of(st).to_numpy()
+
+    def one(df: pd.DataFrame, y: np.ndarray, t: Sequence[str]) -> LinearFit:
+        test = rng.random(len(df)) < holdout
+        coef, mape, n, nt = _fit_linear(df, y, t, test, relative=False)
+        return LinearFit(list(t), [float(c) for c in coef], mape, n, nt)
+
+    launch = {}
+    for name in REGIME_NAMES:
+        sel = regime == name
+        if sel.sum() >= 5:
+            launch[name] = one(st.loc[sel], st.loc[sel, "launch_s"].to_numpy(np.float64), terms["launch"])
+    if "decode" not in launch or "prefill" not in launch:
+        launch.setdefault("prefill", launch.get("mixed") or launch.get("decode"))
+        launch.setdefault("decode", launch.get("mixed") or launch["prefill"])
+        if launch["decode"] is None:
+            return None
+    o = loop_overhead(steps).reindex(st.index).to_numpy(np.float64)
+    ok = np.isfinite(o) & (o >= 0)
+    if ok.sum() >= 5:
+        ok &= o <= 3.0 * np.median(o[ok]) + 1e-5
+    loop = one(st.loc[ok], o[ok], terms["loop"]) if ok.sum() >= 5 else LinearFit(["1"], [0.0])
+    return HostFit(sched=one(st, st["sched_s"].to_numpy(np.float64), terms["sched"]), launch=launch,
+                   complete=one(st, st["complete_s"].to_numpy(np.float64), terms["complete"]), loop=loop)

@@ -127,3 +127,53 @@ def test_noise_stream_is_fixed_by_seed_and_not_by_draw_sizes() -> None:
     other = StepNoise(levels, ratio, seed=8, block=16).take(48)
     assert not np.array_equal(other, ys)
     assert min(ys) >= 0.9 and max(ys) <= 1.2
+
+
+def timeline_steps(n: int, seed: int) -> pd.DataFrame:
+    """Decode-only steps laid out by the engine's overlap loop with known host parts: sched
+    50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us."""
+    rng = np.random.default_rng(seed)
+    rows, t, dev_end, prev = [], 0.0, 0.0, None
+    for _ in range(n):
+        b = int(rng.integers(1, 64))
+        sched, launch, comp, loop = 50e-6 + 1e-6 * b, 300e-6 + 2e-6 * b, 40e-6 + 1e-6 * b, 30e-6
+        dur = 1e-3 + 2e-5 * b
+        mark = t + sched
+        d0 = max(dev_end, mark)
+        dev_end = d0 + dur
+        row = dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                   decode_ctx=100 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=100,
+                   duration=dur, cpu_s=sched + launch + comp, iter_start=t, sched_s=sched,
+                   launch_s=launch, launch_end=mark + launch, complete_s=comp, tokens_at=np.nan)
+        t_host = mark + launch
+        if prev is not None:
+            prev["tokens_at"] = max(t_host, prev["_end"])
+            t_host = prev["tokens_at"] + prev["complete_s"]
+        row["_end"] = dev_end
+        rows.append(row)
+        prev = row
+        t = t_host + loop
+    prev["tokens_at"] = prev["_end"]
+    return pd.DataFrame(rows).drop(columns="_end")
+
+
+def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path) -> None:
+    steps = pd.concat([timeline_steps(400, 0), synthetic_steps(60, 3)], ignore_index=True)
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True)
+    h = cal.host
+    assert h is not None
+    assert dict(zip(h.sched.terms, h.sched.coef))["1"] == pytest.approx(50e-6, rel=1e-6)
+    assert dict(zip(h.launch["decode"].terms, h.launch["decode"].coef))["num_seqs"] == pytest.approx(2e-6, rel=1e-6)
+    assert dict(zip(h.complete.terms, h.complete.coef))["num_seqs"] == pytest.approx(1e-6, rel=1e-6)
+    loop = dict(zip(h.loop.terms, h.loop.coef))
+    assert loop["1"] == pytest.approx(30e-6, rel=1e-6) and loop["num_seqs"] == pytest.approx(0.0, abs=1e-12)
+    # the parts survive the JSON file and reach the cost model
+    path = cal.save(tmp_path / "c.json")
+    model = COST_MODELS.create("calibrated", calibration=path)
+    from twinserve.core.batch import BatchFeatures
+
+    f = BatchFeatures(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+                      decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    hp = model.host_parts(f)
+    assert (hp.sched, hp.launch, hp.complete, hp.loop) == pytest.approx((60e-6, 320e-6, 50e-6, 30e-6), rel=1e-6)
+    assert Calibration.load(path).host == cal.host

@@ -1,0 +1,73 @@
+"""The fidelity suite end to end on CPU with the tiny model: the engine side (one engine for
+every run: profile, capacity, runs at fixed loads) and the report side (simulator reruns and the
+table). Timings on a shared CPU are noisy, so only the plumbing and loose facts are asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory) -> Path:
+    from twinserve.experiments.fidelity import build_parser, run_engine_suite
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        d = tmp_path_factory.mktemp("suite")
+        args = build_parser().parse_args([
+            "engine", "--model", "tiny-llama", "--out", str(d), "--budget-s", "60", "--profile-s", "4",
+            "--calib-rate", "4", "--duration-s", "2", "--cap-requests", "6",
+            "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048"])
+        run_engine_suite(args)
+    finally:
+        torch.set_num_threads(before)
+    return d
+
+
+def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
+    m = suite_dir / "tiny-llama"
+    prof = pd.read_parquet(m / "profile_steps.parquet")
+    assert {"grid", "replay"} <= set(prof["phase"])
+    # the engine's timeline columns come with every step
+    for c in ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at", "complete_s", "dev_start", "dev_end"):
+        assert prof[c].notna().all(), c
+    assert (prof["tokens_at"] >= prof["launch_end"] - 1e-9).all()
+    caps = json.loads((m / "capacity.json").read_text())
+    assert set(caps) == {"azure_conv", "azure_code", "shared_prefix", "sessions"}
+    assert all(v > 0 for v in caps.values())
+    log = json.loads((m / "suite.json").read_text())
+    runs = [s for s in log["stages"] if s["stage"] == "run"]
+    assert runs, "no measured run fitted in the budget"
+    for r in runs:
+        meta = json.loads((m / r["name"] / "overrides.json").read_text())
+        assert meta["target_req_s"] == pytest.approx(meta["load"] * meta["capacity_req_s"])
+        assert "backend=engine" in meta["overrides"]
+
+
+def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path: Path) -> None:
+    from twinserve.experiments.fidelity import build_parser, run_report
+
+    # the simulator needs a cost model for tiny-llama on cpu: fit one from the profile
+    from twinserve.experiments.calibrate import main as calibrate
+
+    cal_dir = tmp_path / "cal"
+    calibrate(["--model", "tiny-llama", "--gpu", "cpu", "--from-steps",
+               str(suite_dir / "tiny-llama" / "profile_steps.parquet"), "--out", str(cal_dir / "c.json")])
+    out = tmp_path / "report"
+    run_report(build_parser().parse_args(["report", "--out", str(out), str(suite_dir),
+                                          f"cost_model.calibration_dirs=[{cal_dir}]"]))
+    table = (out / "fidelity.md").read_text()
+    names = sorted(p.name for p in (suite_dir / "tiny-llama").iterdir() if (p / "overrides.json").exists())
+    assert len(table.strip().splitlines()) == 2 + len(names)
+    for n in names:
+        cmp = pd.read_csv(out / f"tiny-llama_{n}" / "compare.csv").set_index("key")
+        # same requests on both sides: the simulator completes what the engine completed
+        assert cmp.loc["request_throughput", "sim"] > 0
+        assert abs(cmp.loc["output_throughput", "err_pct"]) < 60
