@@ -115,7 +115,9 @@ class ModelRunner:
         else:
             fl.t_begin = time.perf_counter()
             fl.launch_s = fl.t_begin - t0  # host preparation only; the forward is device time
-        dev_packed = inp.packed.to(self.device, non_blocking=True)
+        # from pinned memory, so that the copy does not wait for the step still on the device
+        src = inp.packed.pin_memory() if self.cuda else inp.packed
+        dev_packed = src.to(self.device, non_blocking=True)
         v = inp.views(dev_packed)
         if inp.num_ph:
             v["ids"][v["ph_idx"]] = self._prev_tokens[v["ph_src"]]

@@ -70,17 +70,19 @@ def _build(overrides: Sequence[str]) -> Any:
     return build_workload(cfg["workload"], model_shape(cfg["model"]).vocab_size)
 
 
-def requests_per_rate(w: SuiteWorkload, base: Sequence[str], probe_s: float = 120.0) -> float:
-    """Requests per second per unit of ``workload.rate`` (1 for request-rate workloads)."""
+def requests_per_rate(w: SuiteWorkload, base: Sequence[str], window_s: float) -> float:
+    """Requests per second per unit of ``workload.rate`` over the first ``window_s`` seconds (1
+    for request-rate workloads; for sessions it grows with the window as later turns arrive)."""
     if w.per_rate > 0:
         return w.per_rate
-    wl = _build([*base, *w.overrides, "workload.rate=1", f"workload.duration_s={probe_s}"])
-    return len(wl) / probe_s
+    probe = 20.0  # session starts per second in the probe: enough sessions to average over
+    wl = _build([*base, *w.overrides, f"workload.rate={probe:g}", f"workload.duration_s={window_s:g}"])
+    return len(wl) / window_s / probe
 
 
 def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float) -> list[str]:
     """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s``."""
-    rate = req_rate / requests_per_rate(w, base)
+    rate = req_rate / requests_per_rate(w, base, duration_s)
     return [*base, *w.overrides, f"workload.rate={rate:.6g}", f"workload.duration_s={duration_s:g}"]
 
 
@@ -132,7 +134,7 @@ class _Suite:
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
         per = a.profile_s * 0.5 / len(SUITE)
         for w in SUITE:
-            wl = _build([*self.base, *w.calib, f"workload.rate={a.calib_rate / requests_per_rate(w, self.base):.6g}",
+            wl = _build([*self.base, *w.calib, f"workload.rate={a.calib_rate / requests_per_rate(w, self.base, per):.6g}",
                          f"workload.duration_s={per:g}"])
             n0 = len(frames)
             _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
