@@ -29,7 +29,9 @@ class Req:
     admission); ``pages`` cover at least ``num_computed`` tokens, the first ``num_cache_pages`` of
     them owned by the prefix cache (locked through ``cache_node``), the rest owned by this request.
     Prefill vs decode is derived: a decode step computes the single last token of a request that
-    already has output. ``token_times[i]`` is when output ``i`` became known.
+    already has output. ``token_times[i]`` is when output ``i`` became known. ``output_hint``:
+    the answer a replayed trace recorded; the simulator emits it, and so does the engine's
+    trace replay (in place of sampling), so that a later turn that quotes it hits the cache.
 
     Invariant: a FINISHED or ABORTED request with ``inflight == 0`` holds no pages and no lock.
     """

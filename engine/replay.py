@@ -13,14 +13,18 @@ from twinserve.engine.engine import Engine
 
 
 def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
-                    engine: Engine | None = None, warmup: bool = True) -> tuple[list[Req], list[StepRecord]]:
+                    engine: Engine | None = None, warmup: bool = True,
+                    answers: bool = True) -> tuple[list[Req], list[StepRecord]]:
     """Serve ``workload`` at its arrival times; return the requests (with their timestamps) and
     the step records of this replay, all on the trace's clock (0 = the replay's start).
 
     Open loop: before each step every request whose arrival time has passed is added; one that
     arrives while a step runs waits for the next schedule. Prompts are
     ``workload.prompt_tokens(spec) % vocab_size``, built before the clock starts; sampling is
-    greedy with ``max_tokens=spec.output_len`` and ``ignore_eos=True``. ``warmup`` first runs
+    greedy with ``max_tokens=spec.output_len`` and ``ignore_eos=True``; with ``answers`` (default)
+    each request emits the trace's answer (``workload.output_tokens``) instead of sampled tokens,
+    as the simulator does, so that a multi-turn prompt quoting an earlier answer hits the prefix
+    cache the way it would when a client sends back what it received. ``warmup`` first runs
     `Engine.warmup` (throw-away requests, not in the records). Requests the scheduler rejects
     (too long for the model or the pool) are skipped with a warning. An engine built here (no
     ``engine`` given; ``engine_cfg.tp_size`` ranks) is shut down before returning; a given one
@@ -31,7 +35,7 @@ def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
         if warmup:
             eng.warmup()
         n0 = len(eng.steps)
-        reqs = _replay(eng, workload, progress)
+        reqs = _replay(eng, workload, progress, answers)
         if engine is not None:
             eng.flush_cache()
         return reqs, list(eng.steps[n0:])
@@ -40,12 +44,13 @@ def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
             eng.shutdown()
 
 
-def _replay(eng: Engine, workload, progress: bool) -> list[Req]:
+def _replay(eng: Engine, workload, progress: bool, answers: bool = True) -> list[Req]:
     vocab = eng.model_config.vocab_size
     specs = list(workload)
     pending = [Req(s.rid, workload.prompt_tokens(s) % vocab,
                    SamplingParams(temperature=0.0, max_tokens=s.output_len, ignore_eos=True),
-                   arrival=s.arrival, priority=s.priority, tenant=s.tenant) for s in specs]
+                   arrival=s.arrival, priority=s.priority, tenant=s.tenant,
+                   output_hint=workload.output_tokens(s) % vocab if answers else None) for s in specs]
     bar = None
     if progress:
         from tqdm import tqdm

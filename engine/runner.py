@@ -138,6 +138,11 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[v["logits_idx"]]) if inp.num_emit else None
         if inp.num_emit:
             tokens = self.sampler.sample(logits, inp.sampling)
+            if inp.forced is not None:  # a replayed trace's answers replace the sampled tokens
+                pos, vals = (torch.from_numpy(a) for a in inp.forced)
+                if self.cuda:
+                    pos, vals = pos.pin_memory(), vals.pin_memory()
+                tokens[pos.to(self.device, non_blocking=True)] = vals.to(self.device, non_blocking=True).to(tokens.dtype)
             self._prev_tokens = tokens
             if host_tokens and self.cuda:
                 host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)

@@ -24,7 +24,9 @@ class StepInputs:
     placeholder tokens; on device ``ids[ph_idx] = previous_step_tokens[ph_src]``. Rows beyond the
     real batch (CUDA-graph padding) read and write the pool's scratch page. ``emit_rows`` are the
     batch rows that sample, in logits order. ``num_rows`` is the batch size and ``graph_bs`` the
-    CUDA-graph size the step replays (0: eager). The object references no `Req`, so it fully
+    CUDA-graph size the step replays (0: eager). ``forced`` = (positions among the sampled
+    rows, token ids) replaces sampled tokens by given ones (requests carrying an
+    ``output_hint``: a replayed trace's answers). The object references no `Req`, so it fully
     describes a step to a tensor-parallel rank that holds no scheduler.
     """
 
@@ -38,6 +40,7 @@ class StepInputs:
     sampling: SamplingBatch | None
     num_rows: int = 0
     graph_bs: int = 0
+    forced: tuple[np.ndarray, np.ndarray] | None = None
 
     def views(self, dev_packed: torch.Tensor) -> dict[str, torch.Tensor]:
         t, e, p = self.num_padded, self.num_emit, self.num_ph
@@ -119,9 +122,25 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
         page_indptr=page_indptr.astype(np.int32), page_indices=pages.astype(np.int32),
         last_page_len=last_page_len.astype(np.int32), decode_only=batch.decode_only)
     sampling = None
+    forced = None
     if emit_rows.size:
         sampling = SamplingBatch.from_params([reqs[i].params for i in emit_rows.tolist()],
                                              [batch.out_pos[i] for i in emit_rows.tolist()])
+        forced = _forced(reqs, batch.out_pos, emit_rows)
     return StepInputs(packed=packed, num_tokens=t, num_padded=tp, num_emit=int(emit_rows.size),
                       num_ph=int(ph_idx.size), emit_rows=emit_rows, attn=attn, sampling=sampling,
-                      num_rows=b, graph_bs=pad_to)
+                      num_rows=b, graph_bs=pad_to, forced=forced)
+
+
+def _forced(reqs, out_pos, emit_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(sampled-row positions, tokens) of the rows whose request has an answer to emit there."""
+    pos, vals = [], []
+    for j, i in enumerate(emit_rows.tolist()):
+        h = reqs[i].output_hint
+        p = out_pos[i]
+        if h is not None and p < len(h):
+            pos.append(j)
+            vals.append(int(h[p]))
+    if not pos:
+        return None
+    return np.asarray(pos, dtype=np.int64), np.asarray(vals, dtype=np.int64)

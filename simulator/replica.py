@@ -121,8 +121,13 @@ class Replica:
         and spends ``loop`` before iteration k+1::
 
             mark = max(t + sched, dev_start[k-1]);  dev_start[k] = max(dev_end[k-1], mark)
-            dev_end[k] = dev_start[k] + device time
-            tokens of k-1 at max(mark + launch, dev_end[k-1]);  next t = that + complete + loop
+            launched = (max(mark, dev_end[k-1]) if sync else mark) + launch
+            dev_end[k] = max(dev_start[k] + device, launched + (device if graph else tail))
+            tokens of k-1 at max(launched, dev_end[k-1]);  next t = that + complete + loop
+
+        A CUDA-graph step cannot start on the device before its launch ended; an eager step's
+        kernels run as they are launched, so it ends no earlier than ``tail`` after the launch
+        (a host-bound step); ``sync``: the launch waits for the previous step's device end.
 
         Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits); a request
         arriving during iteration k is first scheduled in iteration k+1, as in the engine. No
@@ -148,9 +153,11 @@ class Replica:
                                    replica=self.index)
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
                 d0 = max(dev_end, mark)
-                dev_end = d0 + gpu
+                t_host = (max(mark, dev_end) if hp.sync else mark) + hp.launch
+                # a graph starts once launched; eager kernels run as launched, ending >= tail after
+                dev_end = max(d0 + gpu, t_host + (gpu if hp.graph else hp.tail))
+                rec.duration = dev_end - d0  # the device span, as the engine's events measure it
                 launched = (batch, rec, d0, dev_end, hp.complete)
-                t_host = mark + hp.launch
                 loop = hp.loop
             if prev is not None:
                 t_tok = max(t_host, prev[3])

@@ -78,12 +78,18 @@ class HostParts:
     scheduler's ``schedule()``, before the device may start the step), ``launch`` (input copy,
     attention plan and kernel launches), ``complete`` (``complete()`` once the step's tokens are
     back) and ``loop`` (the rest of a loop iteration: the serving driver around ``step()``).
-    Invariant: every part >= 0."""
+    How the device span meets the launch: a ``graph`` step starts on the device only after its
+    launch ended; an eager one runs as it is launched and ends at least ``tail`` after the
+    launch. ``sync``: the launch itself waits for the previous step's device end.
+    Invariant: every time >= 0."""
 
     sched: float
     launch: float
     complete: float
     loop: float
+    tail: float = 0.0
+    graph: bool = False
+    sync: bool = False
 
 
 class CostModel(ABC):

@@ -66,7 +66,9 @@ class CalibratedCostModel(CostModel):
         x = FeatureScalars(f)
         regime = "decode" if not f.num_prefills else "prefill" if not f.num_decodes else "mixed"
         launch = h.launch.get(regime, h.launch["prefill"])
-        return HostParts(*(max(float(_linear(fit, x)), 0.0) for fit in (h.sched, launch, h.complete, h.loop)))
+        parts = (max(float(_linear(fit, x)), 0.0) for fit in (h.sched, launch, h.complete, h.loop, h.tail))
+        graph = regime == "decode" and f.padded_decodes > 0
+        return HostParts(*parts, graph=graph, sync=h.sync_graph if graph else h.sync_eager)
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

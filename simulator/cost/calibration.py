@@ -19,7 +19,9 @@ Format (``version`` 1), one JSON object::
       "residuals": {"levels": [0.0, 0.01, ..., 1.0], "ratio": [0.93, 0.96, ..., 1.12]},
       "host": {                                             # optional: the overlap loop's host parts
         "sched": {...}, "complete": {...}, "loop": {...},   # LinearFits like the regimes'
-        "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}}
+        "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}},
+        "tail": {...},                                      # eager steps' device tail
+        "sync_graph": false, "sync_eager": false            # launch waits for the device?
       }
     }
 
@@ -101,12 +103,17 @@ class CpuFit(LinearFit):
 class HostFit:
     """The host side of the engine's overlap loop, one linear model per part (see
     ``base.HostParts``): ``sched``, ``launch`` (per regime, like the device models),
-    ``complete`` and ``loop``."""
+    ``complete``, ``loop``, the eager steps' device ``tail`` past their launch, and whether the
+    engine's launch of graph / eager steps waited for the previous step's device end
+    (``sync_graph`` / ``sync_eager``)."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
     complete: LinearFit
     loop: LinearFit
+    tail: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    sync_graph: bool = False
+    sync_eager: bool = False
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
@@ -115,7 +122,9 @@ class HostFit:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
         return cls(sched=LinearFit(**d["sched"]), launch={k: LinearFit(**v) for k, v in d["launch"].items()},
-                   complete=LinearFit(**d["complete"]), loop=LinearFit(**d["loop"]))
+                   complete=LinearFit(**d["complete"]), loop=LinearFit(**d["loop"]),
+                   tail=LinearFit(**d["tail"]) if "tail" in d else LinearFit(["1"], [0.0]),
+                   sync_graph=bool(d.get("sync_graph", False)), sync_eager=bool(d.get("sync_eager", False)))
 
 
 @dataclass(slots=True)
@@ -157,7 +166,7 @@ class Calibration:
         if missing or unknown:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
         host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
-                                             *self.host.launch.values()]
+                                             self.host.tail, *self.host.launch.values()]
         used = sorted({p for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
                        for p in t.split("*") if t != "1"})
         self.features = sorted(set(self.features) | set(used))

@@ -11,6 +11,7 @@ from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, HostFit, LinearFit, Provenance, Residuals, check_terms,
 )
 from twinserve.simulator.cost.nnls import nnls
+from twinserve.simulator.cost.timeline import detect_sync, has_timeline, launch_work, timeline_frame
 
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
@@ -95,20 +96,36 @@ def fit_calibration(
         check_terms(t)
     rng = np.random.default_rng(seed)
     regime = regime_of(steps).to_numpy()
-    y_all = steps["duration"].to_numpy(dtype=np.float64)
+    tl = timeline_frame(steps) if overlap and has_timeline(steps) else None
+    if tl is not None:  # device work per step, read from the engine's timeline
+        y_all = tl["device_s"].to_numpy(np.float64)
+        usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0)
+        sync = (detect_sync(steps, tl, graph=True), detect_sync(steps, tl, graph=False))
+        eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool)
+        tails = tl["tail_s"].to_numpy(np.float64)[eager_idle]
+        tails = tails[np.isfinite(tails)]
+        tail = float(max(np.median(tails), 0.0)) if tails.size else 0.0
+    else:
+        y_all = steps["duration"].to_numpy(dtype=np.float64)
+        usable = np.ones(len(steps), dtype=bool)
+        sync, tail = (False, False), 0.0
     fits: dict[str, LinearFit] = {}
     ratios: list[np.ndarray] = []
     for name, rterms in terms.items():
         sel = regime == name
         if sel.sum() < min_rows:
             continue
-        df = steps.loc[sel]
-        y = y_all[sel]
-        test = rng.random(len(df)) < holdout
-        coef, mape, n_train, n_test = _fit_linear(df, y, rterms, test, relative=True)
+        test = rng.random(len(steps)) < holdout
+        rows = sel & usable
+        y = y_all
+        if rows.sum() < min_rows:  # e.g. every step host-bound: the span is the best bound
+            rows, y = sel, steps["duration"].to_numpy(np.float64)
+        coef, mape, n_train, n_test = _fit_linear(steps.loc[rows], y[rows], rterms, test[rows], relative=True)
+        if tl is not None:
+            mape, n_test = span_error(steps, tl, sel & test, rterms, coef, tail)
         fits[name] = LinearFit(list(rterms), [float(c) for c in coef], mape, n_train, n_test)
-        pred = term_matrix(df, rterms) @ coef
-        ratios.append(y / np.maximum(pred, 1e-12))
+        pred = term_matrix(steps.loc[rows], rterms) @ coef
+        ratios.append(y[rows] / np.maximum(pred, 1e-12))
     missing = [r for r in ("decode", "prefill") if r not in fits]
     if missing:
         raise ValueError(f"too few step records (< {min_rows}) for regime(s) {missing}")
@@ -122,8 +139,31 @@ def fit_calibration(
     r = np.concatenate(ratios)
     levels = list(RESIDUAL_LEVELS)
     residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
-    host = fit_host(steps, rng, holdout) if overlap else None
+    host = None
+    if tl is not None:
+        host = fit_host(steps, rng, holdout, launch=launch_work(steps, tl, *sync))
+        if host is not None:
+            (host.sync_graph, host.sync_eager), host.tail = sync, LinearFit(["1"], [tail])
     return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host)
+
+
+def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: Sequence[str],
+               coef: np.ndarray, tail: float) -> tuple[float | None, int]:
+    """Held-out error of the step's device span (``duration``, what the engine's events
+    measure) predicted from the device fit and the step's measured start and launch end:
+    ``max(start + device, launch_end + (device if graph else tail)) - start``."""
+    rows = rows & np.isfinite(steps["dev_start"].to_numpy(np.float64)) & \
+        np.isfinite(steps["launch_end"].to_numpy(np.float64))
+    if not rows.any():
+        return None, 0
+    df = steps.loc[rows]
+    g = term_matrix(df, terms) @ coef
+    d0 = df["dev_start"].to_numpy(np.float64)
+    le = df["launch_end"].to_numpy(np.float64)
+    after = np.where(tl.loc[rows, "graph"].to_numpy(bool), g, tail)
+    pred = np.maximum(d0 + g, le + after) - d0
+    y = df["duration"].to_numpy(np.float64)
+    return float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-12))), int(rows.sum())
 
 
 def loop_overhead(steps: pd.DataFrame) -> pd.Series:
@@ -152,14 +192,17 @@ def loop_overhead(steps: pd.DataFrame) -> pd.Series:
 
 
 def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2,
-             terms: Mapping[str, Sequence[str]] = HOST_TERMS) -> HostFit | None:
+             terms: Mapping[str, Sequence[str]] = HOST_TERMS,
+             launch: pd.Series | None = None) -> HostFit | None:
     """Fit the overlap loop's host parts (`HostFit`) from the engine's timeline columns, or
     None when ``steps`` lacks them. Absolute least squares (the parts add up along the
-    timeline, so their means matter more than their relative error); ``launch`` per regime.
+    timeline, so their means matter more than their relative error); ``launch`` per regime, on
+    ``launch`` when given (the host's own launch work, `timeline.launch_work`), else ``launch_s``.
     Loop overheads count only iterations followed at once by another (below 3x their median)."""
     if not all(c in steps for c in TIMELINE_COLUMNS):
         return None
     st = steps.dropna(subset=list(TIMELINE_COLUMNS))
+    ly = (launch if launch is not None else steps["launch_s"]).reindex(st.index).to_numpy(np.float64)
     if len(st) < 10:
         return None
     regime = regime_of(st).to_numpy()
@@ -173,7 +216,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2
     for name in REGIME_NAMES:
         sel = regime == name
         if sel.sum() >= 5:
-            launch[name] = one(st.loc[sel], st.loc[sel, "launch_s"].to_numpy(np.float64), terms["launch"])
+            ok = sel & np.isfinite(ly)
+            launch[name] = one(st.loc[ok], ly[ok], terms["launch"])
     if "decode" not in launch or "prefill" not in launch:
         launch.setdefault("prefill", launch.get("mixed") or launch.get("decode"))
         launch.setdefault("decode", launch.get("mixed") or launch["prefill"])
@@ -186,3 +230,23 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2
     loop = one(st.loc[ok], o[ok], terms["loop"]) if ok.sum() >= 5 else LinearFit(["1"], [0.0])
     return HostFit(sched=one(st, st["sched_s"].to_numpy(np.float64), terms["sched"]), launch=launch,
                    complete=one(st, st["complete_s"].to_numpy(np.float64), terms["complete"]), loop=loop)
+
+
+def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
+    """Each step's predicted device span (the engine's ``duration``): the regime's device fit,
+    and, when ``cal`` has host fits and ``steps`` the engine's timeline, the launch coupling
+    of `span_error` (measured start and launch end)."""
+    reg = regime_of(steps).to_numpy()
+    g = np.zeros(len(steps))
+    for name in REGIME_NAMES:
+        sel = reg == name
+        if sel.any():
+            fit = cal.regimes.get(name, cal.regimes["prefill"])
+            g[sel] = term_matrix(steps.loc[sel], fit.terms) @ np.asarray(fit.coef)
+    if cal.host is None or not has_timeline(steps):
+        return g
+    tl = timeline_frame(steps)
+    d0 = steps["dev_start"].to_numpy(np.float64)
+    after = np.where(tl["graph"].to_numpy(bool), g, float(cal.host.tail.coef[0]))
+    span = np.maximum(d0 + g, steps["launch_end"].to_numpy(np.float64) + after) - d0
+    return np.where(np.isfinite(span), span, g)

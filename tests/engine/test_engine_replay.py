@@ -29,3 +29,25 @@ def test_replay_shared_prefix_hits_cache(tiny_model_dir):
     cfg = EngineConfig(model=str(tiny_model_dir("tiny-qwen3")), device="cpu", cpu_kv_tokens=2048)
     reqs, _ = replay_workload(cfg, w, progress=False)
     assert max(r.max_cached for r in reqs) >= 64 - 16
+
+
+def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
+    from twinserve.core.workload import sessions
+
+    w = sessions(num_sessions=2, turns=2, question_len=16, output_len=17, think_time=0.3, rate=20.0,
+                 seed=1, vocab_size=1024)
+    cfg = EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=4096,
+                       page_size=16)
+    reqs, _ = replay_workload(cfg, w, progress=False)
+    by = {s.rid: s for s in w}
+    for r in reqs:
+        assert r.output_ids.tolist() == (w.output_tokens(by[r.rid]) % 1024).tolist()
+    # a second turn = first prompt (16) + first answer (17, of which 16 have KV) + question (16):
+    # with the trace's answers emitted, both pages before the question are cached; with sampled
+    # ones only the first
+    second = [r.rid for r in reqs if r.prompt_len == 49]
+    assert second
+    plain, _ = replay_workload(cfg, w, progress=False, answers=False)
+    cached = {r.rid: r.max_cached for r in reqs}
+    cached_plain = {r.rid: r.max_cached for r in plain}
+    assert all(cached[i] == 32 and cached_plain[i] == 16 for i in second)

@@ -13,6 +13,7 @@ from twinserve.simulator.cost import (COST_MODELS, Calibration, Provenance, Step
                                       find_calibration, fit_calibration)
 from twinserve.simulator.cost.nnls import nnls
 
+TRUE_PREFILL_TERMS = ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx")
 TRUE = {
     "decode": {"1": 4e-3, "num_seqs": 2e-5, "decode_ctx": 3e-9, "padded_decodes": 1e-5},
     "prefill": {"1": 5e-3, "num_seqs": 0.0, "new_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0},
@@ -129,32 +130,56 @@ def test_noise_stream_is_fixed_by_seed_and_not_by_draw_sizes() -> None:
     assert min(ys) >= 0.9 and max(ys) <= 1.2
 
 
-def timeline_steps(n: int, seed: int) -> pd.DataFrame:
-    """Decode-only steps laid out by the engine's overlap loop with known host parts: sched
-    50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us."""
+def timeline_steps(n: int, seed: int, sync: bool = False) -> pd.DataFrame:
+    """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
+    50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
+    1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
+    step's device end (``launch_s`` then includes the wait, as the engine records it)."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for _ in range(n):
         b = int(rng.integers(1, 64))
         sched, launch, comp, loop = 50e-6 + 1e-6 * b, 300e-6 + 2e-6 * b, 40e-6 + 1e-6 * b, 30e-6
-        dur = 1e-3 + 2e-5 * b
+        g = 1e-3 + 2e-5 * b
         mark = t + sched
         d0 = max(dev_end, mark)
-        dev_end = d0 + dur
+        le = (max(mark, dev_end) if sync else mark) + launch
+        d1 = max(d0, le) + g
         row = dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                    decode_ctx=100 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=100,
-                   duration=dur, cpu_s=sched + launch + comp, iter_start=t, sched_s=sched,
-                   launch_s=launch, launch_end=mark + launch, complete_s=comp, tokens_at=np.nan)
-        t_host = mark + launch
+                   duration=d1 - d0, cpu_s=sched + launch + comp, iter_start=t, sched_s=sched,
+                   launch_s=le - mark, launch_end=le, plan_wait_s=0.0, complete_s=comp,
+                   tokens_at=np.nan, dev_start=d0, dev_end=d1)
+        dev_end = d1
+        t_host = le
         if prev is not None:
-            prev["tokens_at"] = max(t_host, prev["_end"])
+            prev["tokens_at"] = max(t_host, prev["dev_end"])
             t_host = prev["tokens_at"] + prev["complete_s"]
-        row["_end"] = dev_end
         rows.append(row)
         prev = row
         t = t_host + loop
-    prev["tokens_at"] = prev["_end"]
-    return pd.DataFrame(rows).drop(columns="_end")
+    prev["tokens_at"] = prev["dev_end"]
+    return pd.DataFrame(rows)
+
+
+def _coef(fit, term):
+    return dict(zip(fit.terms, fit.coef))[term]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_fit_reads_device_and_host_parts_off_the_timeline(sync: bool) -> None:
+    steps = pd.concat([timeline_steps(400, 0, sync), synthetic_steps(60, 3)], ignore_index=True)
+    steps.loc[400:, ["iter_start", "sched_s", "launch_s", "launch_end", "plan_wait_s", "complete_s",
+                     "tokens_at", "dev_start", "dev_end"]] = np.nan
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": TRUE_PREFILL_TERMS})
+    h = cal.host
+    assert h is not None and h.sync_graph is sync and h.sync_eager is False
+    dec = cal.regimes["decode"]
+    assert _coef(dec, "1") == pytest.approx(1e-3, rel=1e-6) and _coef(dec, "num_seqs") == pytest.approx(2e-5, rel=1e-6)
+    assert dec.mape < 1e-9  # the span predicted from the measured timeline is exact
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-6)
+    assert _coef(h.launch["decode"], "num_seqs") == pytest.approx(2e-6, rel=1e-6)
 
 
 def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path) -> None:
@@ -163,7 +188,7 @@ def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path) -> None:
     h = cal.host
     assert h is not None
     assert dict(zip(h.sched.terms, h.sched.coef))["1"] == pytest.approx(50e-6, rel=1e-6)
-    assert dict(zip(h.launch["decode"].terms, h.launch["decode"].coef))["num_seqs"] == pytest.approx(2e-6, rel=1e-6)
+    assert _coef(h.launch["decode"], "num_seqs") == pytest.approx(2e-6, rel=1e-6)
     assert dict(zip(h.complete.terms, h.complete.coef))["num_seqs"] == pytest.approx(1e-6, rel=1e-6)
     loop = dict(zip(h.loop.terms, h.loop.coef))
     assert loop["1"] == pytest.approx(30e-6, rel=1e-6) and loop["num_seqs"] == pytest.approx(0.0, abs=1e-12)

@@ -1,0 +1,81 @@
+"""Reading the engine's per-step timeline (overlap scheduling) into what the fits need.
+
+The engine records, per step, host times on its ``now()`` clock and the step's device span
+(CUDA events against the same origin); see `twinserve.engine.engine.Engine`. This module turns
+them into the quantities of the simulator's overlap loop (``Replica._run_pipelined``):
+
+- ``mark``: when the host marked the step's device start (``iter_start + sched_s +
+  plan_wait_s``); ``prev_end``: the previous step's device end;
+- ``graph``: a decode-only step replayed as a CUDA graph (``padded_decodes > 0``), which the
+  device can only start once the host has finished launching it;
+- ``device_s``: the device's own work: for a graph step the time from ``max(dev_start,
+  launch_end)`` to ``dev_end``; for an eager step (kernels run as they are launched) the span
+  ``dev_end - dev_start``, usable only where the device, not the host, set the pace
+  (``device_ok``: it ended more than ``EAGER_MARGIN_S`` after the launch);
+- ``tail_s``: for eager steps, ``dev_end - launch_end`` (how long the device runs past the
+  host's last launch);
+- ``sync`` (separately for graph and eager steps): whether the launch blocks until the
+  previous step's device end (a host copy from pageable memory can do that); then
+  ``launch_work = launch_end - max(mark, prev_end)``, else ``launch_work = launch_s``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+EAGER_MARGIN_S = 5e-4
+TIMELINE = ("iter_start", "sched_s", "launch_s", "launch_end", "plan_wait_s", "dev_start", "dev_end")
+
+
+def has_timeline(steps: pd.DataFrame) -> bool:
+    return all(c in steps for c in TIMELINE) and bool(steps["dev_end"].notna().any())
+
+
+def runs_of(steps: pd.DataFrame) -> pd.Series:
+    """A run id per row: rows are in execution order and a run ends where the clock restarts."""
+    it = steps["iter_start"].to_numpy(np.float64)
+    return pd.Series(np.concatenate([[0], np.cumsum(np.diff(it) < 0)]), index=steps.index)
+
+
+def timeline_frame(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per row (same index): mark, prev_end, graph, device_s, device_ok, tail_s; the launch
+    work comes from `launch_work` once ``sync`` is known."""
+    out = pd.DataFrame(index=steps.index)
+    prev_end = pd.Series(np.nan, index=steps.index)
+    for _, g in steps.groupby(runs_of(steps), sort=False):
+        g = g.sort_values("iter_start", kind="stable")
+        prev_end.loc[g.index] = np.concatenate([[np.nan], g["dev_end"].to_numpy(np.float64)[:-1]])
+    out["prev_end"] = prev_end
+    out["mark"] = steps["iter_start"] + steps["sched_s"] + steps["plan_wait_s"]
+    out["graph"] = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
+    after_launch = steps["dev_end"] - np.maximum(steps["dev_start"], steps["launch_end"])
+    out["tail_s"] = steps["dev_end"] - steps["launch_end"]
+    out["device_s"] = np.where(out["graph"], after_launch, steps["dev_end"] - steps["dev_start"])
+    out["device_ok"] = out["graph"] | (out["tail_s"] > EAGER_MARGIN_S)
+    return out
+
+
+def _mad(x: pd.Series) -> float:
+    return float((x - x.median()).abs().median())
+
+
+def detect_sync(steps: pd.DataFrame, tl: pd.DataFrame, graph: bool) -> bool:
+    """Whether the launch of graph (or eager) steps waits for the previous step's device end.
+    Among such steps launched while the device was clearly busy, a blocking launch ends a
+    near-constant time after the previous step's end, so ``launch_end - prev_end`` is always
+    positive and spreads less (median absolute deviation) than ``launch_s``, which then holds
+    the wait; a non-blocking launch has the near-constant ``launch_s`` instead."""
+    busy = ((tl["prev_end"] - tl["mark"]) > 3e-4) & (tl["graph"] == graph)
+    if busy.sum() < 20:
+        return False
+    r = (steps["launch_end"] - tl["prev_end"])[busy]
+    return bool((r > 0).mean() > 0.95 and _mad(r) < 0.5 * _mad(steps.loc[busy, "launch_s"]))
+
+
+def launch_work(steps: pd.DataFrame, tl: pd.DataFrame, sync_graph: bool, sync_eager: bool) -> pd.Series:
+    """The host's own launch work per step (the wait for the device taken out where the launch
+    blocks: graph and/or eager steps)."""
+    blocks = np.where(tl["graph"], sync_graph, sync_eager)
+    start = np.where(blocks, np.fmax(tl["mark"], tl["prev_end"]), tl["mark"])  # fmax: no prev
+    return pd.Series(np.where(blocks, steps["launch_end"] - start, steps["launch_s"]), index=steps.index)
