@@ -115,9 +115,7 @@ class ModelRunner:
         else:
             fl.t_begin = time.perf_counter()
             fl.launch_s = fl.t_begin - t0  # host preparation only; the forward is device time
-        # from pinned memory, so that the copy does not wait for the step still on the device
-        src = inp.packed.pin_memory() if self.cuda else inp.packed
-        dev_packed = src.to(self.device, non_blocking=True)
+        dev_packed = inp.packed.to(self.device, non_blocking=True)
         v = inp.views(dev_packed)
         if inp.num_ph:
             v["ids"][v["ph_idx"]] = self._prev_tokens[v["ph_src"]]
@@ -139,10 +137,8 @@ class ModelRunner:
         if inp.num_emit:
             tokens = self.sampler.sample(logits, inp.sampling)
             if inp.forced is not None:  # a replayed trace's answers replace the sampled tokens
-                pos, vals = (torch.from_numpy(a) for a in inp.forced)
-                if self.cuda:
-                    pos, vals = pos.pin_memory(), vals.pin_memory()
-                tokens[pos.to(self.device, non_blocking=True)] = vals.to(self.device, non_blocking=True).to(tokens.dtype)
+                pos, vals = (torch.from_numpy(a).to(self.device, non_blocking=True) for a in inp.forced)
+                tokens[pos] = vals.to(tokens.dtype)
             self._prev_tokens = tokens
             if host_tokens and self.cuda:
                 host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)

@@ -14,9 +14,7 @@ _WORKSPACE_BYTES = 256 * 1024 * 1024
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
-    """int32 host tensor in pinned memory: FlashInfer's copies of plan inputs to the device are
-    then asynchronous (from pageable memory they wait for the work already on the stream)."""
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).pin_memory()
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
 
 
 class FlashInferAttention:
