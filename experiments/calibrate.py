@@ -29,6 +29,7 @@ from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import predict_span, regime_of
+from twinserve.simulator.cost.timeline import ran_overlapped
 
 
 def engine_version() -> str:
@@ -146,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
         model = Path(args.model).name if Path(args.model).is_dir() else args.model
         gpu = args.gpu or "cpu"
         dtype = args.dtype if args.dtype != "auto" else "unknown"
-        overlap = args.overlap != "off"
+        seen = ran_overlapped(steps)  # auto: as the recording engine ran (else assume overlap)
+        overlap = seen if seen is not None else True
     else:
         from twinserve.engine.profiler import profile_from_args
 

@@ -56,21 +56,20 @@ def timeline_frame(steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _mad(x: pd.Series) -> float:
-    return float((x - x.median()).abs().median())
-
-
 def detect_sync(steps: pd.DataFrame, tl: pd.DataFrame, graph: bool) -> bool:
-    """Whether the launch of graph (or eager) steps waits for the previous step's device end.
-    Among such steps launched while the device was clearly busy, a blocking launch ends a
-    near-constant time after the previous step's end, so ``launch_end - prev_end`` is always
-    positive and spreads less (median absolute deviation) than ``launch_s``, which then holds
-    the wait; a non-blocking launch has the near-constant ``launch_s`` instead."""
-    busy = ((tl["prev_end"] - tl["mark"]) > 3e-4) & (tl["graph"] == graph)
-    if busy.sum() < 20:
+    """Whether the launch of graph (or eager) steps waits for the previous step's device end:
+    regressed on the time the device still had to run at the mark (``max(0, prev_end -
+    mark)``), a blocking ``launch_s`` grows one for one with it (slope near 1), a non-blocking
+    one does not (slope near 0). Needs 20 steps with the device busy at their mark."""
+    sel = (tl["graph"] == graph) & tl["prev_end"].notna()
+    x = np.maximum(0.0, (tl["prev_end"] - tl["mark"])[sel].to_numpy(np.float64))
+    y = steps.loc[sel, "launch_s"].to_numpy(np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if (x > 3e-4).sum() < 20:
         return False
-    r = (steps["launch_end"] - tl["prev_end"])[busy]
-    return bool((r > 0).mean() > 0.95 and _mad(r) < 0.5 * _mad(steps.loc[busy, "launch_s"]))
+    slope = np.polyfit(x, y, 1)[0]
+    return bool(slope > 0.5)
 
 
 def launch_work(steps: pd.DataFrame, tl: pd.DataFrame, sync_graph: bool, sync_eager: bool) -> pd.Series:
@@ -79,3 +78,19 @@ def launch_work(steps: pd.DataFrame, tl: pd.DataFrame, sync_graph: bool, sync_ea
     blocks = np.where(tl["graph"], sync_graph, sync_eager)
     start = np.where(blocks, np.fmax(tl["mark"], tl["prev_end"]), tl["mark"])  # fmax: no prev
     return pd.Series(np.where(blocks, steps["launch_end"] - start, steps["launch_s"]), index=steps.index)
+
+
+def ran_overlapped(steps: pd.DataFrame) -> bool | None:
+    """Whether the engine that recorded ``steps`` overlapped: a step's tokens then reach the
+    scheduler after the next step's loop iteration began. None without the timeline."""
+    if not all(c in steps for c in ("iter_start", "tokens_at")):
+        return None
+    flags = []
+    for _, g in steps.groupby(runs_of(steps), sort=False):
+        g = g.sort_values("iter_start", kind="stable")
+        tok = g["tokens_at"].to_numpy(np.float64)[:-1]
+        nxt = g["iter_start"].to_numpy(np.float64)[1:]
+        ok = np.isfinite(tok) & np.isfinite(nxt)
+        flags.append(tok[ok] > nxt[ok])
+    f = np.concatenate(flags) if flags else np.zeros(0, bool)
+    return bool(f.mean() > 0.5) if f.size else None
