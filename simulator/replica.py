@@ -147,8 +147,11 @@ class Replica:
             launched = None
             loop = 0.0
             if batch is not None:
-                gpu, _, _ = self._step_cost(batch)
-                hp = cost.host_parts(batch.features())
+                f = batch.features()
+                hp = cost.host_parts(f)
+                gpu = hp.device if hp.device is not None else cost.step_time(f)
+                if self.noise is not None:
+                    gpu = gpu * self.noise.one()
                 rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.launch + hp.complete,
                                    replica=self.index)
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])

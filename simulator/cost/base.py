@@ -80,7 +80,9 @@ class HostParts:
     back) and ``loop`` (the rest of a loop iteration: the serving driver around ``step()``).
     How the device span meets the launch: a ``graph`` step starts on the device only after its
     launch ended; an eager one runs as it is launched and ends at least ``tail`` after the
-    launch. ``sync``: the launch itself waits for the previous step's device end.
+    launch. ``sync``: the launch itself waits for the previous step's device end. ``device``:
+    the device's own work for the step when it differs from ``step_time`` (which, for the
+    simulator's plain loop, may fold in host work the device waits for); None = ``step_time``.
     Invariant: every time >= 0."""
 
     sched: float
@@ -90,6 +92,7 @@ class HostParts:
     tail: float = 0.0
     graph: bool = False
     sync: bool = False
+    device: float | None = None
 
 
 class CostModel(ABC):

@@ -34,7 +34,10 @@ class CalibratedCostModel(CostModel):
     A step's regime is ``decode`` (no prefill chunk), ``prefill`` (no decode) or ``mixed`` (both;
     the prefill fit when the file has no mixed fit). Device time = the regime's linear model,
     floored at ``min_step_s``; host time = the file's cpu model, split into the overlap loop's
-    parts by its ``host`` fits when it has them; ``overlap`` comes from the file unless overridden. ``noise_quantiles`` exposes the file's residual quantiles.
+    parts by its ``host`` fits when it has them; ``overlap`` comes from the file unless overridden.
+    When the engine's graph launches waited for the previous step (``host.sync_graph``), the
+    step time of a graph step is device + launch (they cannot overlap), which is what the plain
+    loop needs; the pipelined loop takes the device part alone from ``host_parts``. ``noise_quantiles`` exposes the file's residual quantiles.
     """
 
     def __init__(self, calibration: Calibration | str | Path, overlap: bool | None = None,
@@ -47,14 +50,25 @@ class CalibratedCostModel(CostModel):
         self._prefill = cal.regimes["prefill"]
         self._mixed = cal.regimes.get("mixed", self._prefill)
         self._min = float(min_step_s)
+        host = cal.host
+        self._graph_launch = host.launch["decode"] if host is not None and host.sync_graph else None
 
     def _gpu(self, x: Any, mx: Max) -> Any:
         any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
         any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
-        t = (_linear(self._decode, x) * (1.0 - any_prefill)
+        decode = _linear(self._decode, x)
+        if self._graph_launch is not None:  # graph launches wait for the device: they add up
+            graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)
+            decode = decode + _linear(self._graph_launch, x) * graph
+        t = (decode * (1.0 - any_prefill)
              + _linear(self._prefill, x) * (any_prefill * (1.0 - any_decode))
              + _linear(self._mixed, x) * (any_prefill * any_decode))
         return mx(t, self._min)
+
+    def _device(self, f: BatchFeatures, regime: str) -> float:
+        """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
+        fit = {"decode": self._decode, "prefill": self._prefill, "mixed": self._mixed}[regime]
+        return max(float(_linear(fit, FeatureScalars(f))), self._min)
 
     def _cpu(self, x: Any, mx: Max) -> Any:
         return mx(_linear(self.calibration.cpu, x), 0.0)
@@ -68,7 +82,8 @@ class CalibratedCostModel(CostModel):
         launch = h.launch.get(regime, h.launch["prefill"])
         parts = (max(float(_linear(fit, x)), 0.0) for fit in (h.sched, launch, h.complete, h.loop, h.tail))
         graph = regime == "decode" and f.padded_decodes > 0
-        return HostParts(*parts, graph=graph, sync=h.sync_graph if graph else h.sync_eager)
+        return HostParts(*parts, graph=graph, sync=h.sync_graph if graph else h.sync_eager,
+                         device=self._device(f, regime))
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

@@ -57,8 +57,10 @@ def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
 
 
 def _fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], test: np.ndarray,
-                relative: bool) -> tuple[np.ndarray, float, int, int]:
-    """NNLS on the training rows (weights 1/y when ``relative``); MAPE on the held-out rows."""
+                relative: bool, trim: float = 0.0) -> tuple[np.ndarray, float, int, int]:
+    """NNLS on the training rows (weights 1/y when ``relative``); MAPE on the held-out rows.
+    ``trim`` > 0 refits without the training rows of the largest ``trim`` share of relative
+    residuals (host times have rare long stalls that should not set the typical time)."""
     X = term_matrix(df, terms)
     if test.any() and (~test).sum() >= len(terms):
         train, held = ~test, test
@@ -67,6 +69,10 @@ def _fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], test: np.
         test = np.zeros(len(df), dtype=bool)
     w = 1.0 / np.maximum(np.abs(y), 1e-12) if relative else np.ones_like(y)
     coef = nnls(X[train] * w[train, None], y[train] * w[train])
+    if trim > 0 and train.sum() >= 2 * len(terms) + 10:
+        r = np.abs(X @ coef - y) / np.maximum(np.abs(y), 1e-12)
+        train = train & (r <= np.quantile(r[train], 1.0 - trim))
+        coef = nnls(X[train] * w[train, None], y[train] * w[train])
     pred = X[held] @ coef
     mape = float(np.mean(np.abs(pred - y[held]) / np.maximum(np.abs(y[held]), 1e-12)))
     return coef, mape, int(train.sum()), int(test.sum())
@@ -195,8 +201,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2
              terms: Mapping[str, Sequence[str]] = HOST_TERMS,
              launch: pd.Series | None = None) -> HostFit | None:
     """Fit the overlap loop's host parts (`HostFit`) from the engine's timeline columns, or
-    None when ``steps`` lacks them. Absolute least squares (the parts add up along the
-    timeline, so their means matter more than their relative error); ``launch`` per regime, on
+    None when ``steps`` lacks them. Least squares on relative error with the 5 % worst rows
+    dropped (rare host stalls would otherwise set the typical time); ``launch`` per regime, on
     ``launch`` when given (the host's own launch work, `timeline.launch_work`), else ``launch_s``.
     Loop overheads count only iterations followed at once by another (below 3x their median)."""
     if not all(c in steps for c in TIMELINE_COLUMNS):
@@ -209,7 +215,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2
 
     def one(df: pd.DataFrame, y: np.ndarray, t: Sequence[str]) -> LinearFit:
         test = rng.random(len(df)) < holdout
-        coef, mape, n, nt = _fit_linear(df, y, t, test, relative=False)
+        coef, mape, n, nt = _fit_linear(df, y, t, test, relative=True, trim=0.05)
         return LinearFit(list(t), [float(c) for c in coef], mape, n, nt)
 
     launch = {}
