@@ -1,7 +1,7 @@
 """The calibration + fidelity pipeline on CPU with the tiny model: profile, fit, compare.
 
 CPU timings are noisy (a shared 2-core CI machine), so the bounds are loose; the real figures
-come from the GPU host (experiments/scripts/gpu_fidelity.sh)."""
+come from the GPU host (experiments/scripts/gpu_fidelity_suite.sh)."""
 
 from __future__ import annotations
 

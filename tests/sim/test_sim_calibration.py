@@ -202,3 +202,21 @@ def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path) -> None:
     hp = model.host_parts(f)
     assert (hp.sched, hp.launch, hp.complete, hp.loop) == pytest.approx((60e-6, 320e-6, 50e-6, 30e-6), rel=1e-6)
     assert Calibration.load(path).host == cal.host
+
+
+def test_timeline_helpers_on_an_overlapped_log() -> None:
+    from twinserve.simulator.cost.fit import predict_span
+    from twinserve.simulator.cost.timeline import ran_overlapped
+
+    steps = timeline_steps(200, 4)
+    assert ran_overlapped(steps) is True
+    serial = steps.copy()  # tokens delivered before the next iteration starts: no overlap
+    serial["tokens_at"] = serial["launch_end"] + 1e-6
+    serial["iter_start"] = np.arange(len(serial)) * 1.0
+    assert ran_overlapped(serial) is False
+    assert ran_overlapped(steps.drop(columns="tokens_at")) is None
+    both = pd.concat([steps, synthetic_steps(60, 3)], ignore_index=True)
+    cal = fit_calibration(both, Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": TRUE_PREFILL_TERMS})
+    span = predict_span(cal, steps)
+    assert np.allclose(span, steps["duration"].to_numpy(), rtol=1e-9)
