@@ -33,8 +33,9 @@ class SimConfig:
     quantiles, replica ``i`` on its own stream ``SeedSequence([seed, NOISE_STREAM, i])``.
     ``check_invariants`` runs the scheduler's invariant checks after every step (slow).
     ``keep_steps=False`` keeps only the step count (less memory). ``progress`` shows a tqdm bar
-    over simulated time. ``pipeline`` replays the engine's overlap loop (the next batch is
-    scheduled when the current one starts; see `Replica`), slower since nothing fast-forwards.
+    over simulated time. ``pipeline`` replays the engine's overlap loop as a host and a device
+    timeline (`Replica._run_pipelined`, with the cost model's ``host_parts``), slower since
+    nothing fast-forwards.
     """
 
     replicas: int = 1

@@ -33,8 +33,9 @@ class CalibratedCostModel(CostModel):
 
     A step's regime is ``decode`` (no prefill chunk), ``prefill`` (no decode) or ``mixed`` (both;
     the prefill fit when the file has no mixed fit). Device time = the regime's linear model,
-    floored at ``min_step_s``; host time = the file's cpu model, split into the overlap loop's
-    parts by its ``host`` fits when it has them; ``overlap`` comes from the file unless overridden.
+    floored at ``min_step_s``; host time = the sum of the ``host`` fits (schedule, launch of the
+    step's regime, complete, loop) when the file has them, else its ``cpu`` model; ``host_parts``
+    gives the parts; ``overlap`` comes from the file unless overridden.
     When the engine's graph launches waited for the previous step (``host.sync_graph``), the
     step time of a graph step is device + launch (they cannot overlap), which is what the plain
     loop needs; the pipelined loop takes the device part alone from ``host_parts``. ``noise_quantiles`` exposes the file's residual quantiles.
@@ -71,7 +72,17 @@ class CalibratedCostModel(CostModel):
         return max(float(_linear(fit, FeatureScalars(f))), self._min)
 
     def _cpu(self, x: Any, mx: Max) -> Any:
-        return mx(_linear(self.calibration.cpu, x), 0.0)
+        h = self.calibration.host
+        if h is None:
+            return mx(_linear(self.calibration.cpu, x), 0.0)
+        # the host's own work per step (the recorded cpu_s also holds its waits for the device)
+        any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
+        any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
+        prefill = h.launch["prefill"]
+        launch = (_linear(h.launch["decode"], x) * (1.0 - any_prefill)
+                  + _linear(prefill, x) * (any_prefill * (1.0 - any_decode))
+                  + _linear(h.launch.get("mixed", prefill), x) * (any_prefill * any_decode))
+        return mx(_linear(h.sched, x) + launch + _linear(h.complete, x) + _linear(h.loop, x), 0.0)
 
     def host_parts(self, f: BatchFeatures) -> HostParts:
         h = self.calibration.host

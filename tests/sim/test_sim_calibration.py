@@ -201,6 +201,9 @@ def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path) -> None:
                       decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
     hp = model.host_parts(f)
     assert (hp.sched, hp.launch, hp.complete, hp.loop) == pytest.approx((60e-6, 320e-6, 50e-6, 30e-6), rel=1e-6)
+    # the plain loop's host time is the host's own work, not the recorded cpu_s (which may wait)
+    assert model.cpu_time(f) == pytest.approx(60e-6 + 320e-6 + 50e-6 + 30e-6, rel=1e-6)
+    assert model.cpu_times([f, f]) == pytest.approx([model.cpu_time(f)] * 2)
     assert Calibration.load(path).host == cal.host
 
 
