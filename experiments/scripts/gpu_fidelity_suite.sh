@@ -6,13 +6,13 @@
 # OUTDIR gets all.log and suite.tgz (MODEL/: profile_steps.parquet, capacity.json, suite.json,
 # one engine run folder per workload and load); then, here:
 #   python -m twinserve.experiments.calibrate --from-steps .../profile_steps.parquet ...
-#   python -m twinserve.experiments.fidelity report --out experiments/fidelity/h200 RUNS
+#   python -m twinserve.experiments.fidelity_suite report --out experiments/fidelity/h200 RUNS
 set -u
 OUT_DIR=${1:?usage: gpu_fidelity_suite.sh OUTDIR MODEL BUDGET_S [args]}; MODEL=${2:?model}; BUDGET=${3:?budget}
 shift 3
 . experiments/scripts/gpu_setup.sh "$OUT_DIR/all.log"
 echo "setup done at $SECONDS s" | tee -a "$OUT_DIR/all.log"
-timeout $((BUDGET + 60)) python3 -m twinserve.experiments.fidelity engine --model "$MODEL" \
+timeout $((BUDGET + 60)) python3 -m twinserve.experiments.fidelity_suite engine --model "$MODEL" \
   --out "$OUT_DIR/runs" --budget-s "$BUDGET" "$@" 2>&1 | grep -v Warning | tee -a "$OUT_DIR/all.log" | grep '^{'
 echo "suite rc=${PIPESTATUS[0]} at $SECONDS s" | tee -a "$OUT_DIR/all.log"
 find "$OUT_DIR/runs" -type d -name model -prune -exec rm -rf {} + 2>/dev/null

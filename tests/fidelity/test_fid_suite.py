@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory) -> Path:
-    from twinserve.experiments.fidelity import build_parser, run_engine_suite
+    from twinserve.experiments.fidelity_suite import build_parser, run_engine_suite
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -52,7 +52,8 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
 
 
 def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path: Path) -> None:
-    from twinserve.experiments.fidelity import build_parser, run_report
+    from twinserve.experiments.fidelity_report import run_report
+    from twinserve.experiments.fidelity_suite import build_parser
 
     # the simulator needs a cost model for tiny-llama on cpu: fit one from the profile
     from twinserve.experiments.calibrate import main as calibrate

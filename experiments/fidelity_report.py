@@ -1,0 +1,123 @@
+"""The fidelity suite's simulator side: rerun each engine run folder on the simulator, write
+the per-run comparisons, one table (`fidelity.md`, `fidelity.csv`) and the error plot.
+
+    python -m twinserve.experiments.fidelity_suite report --out OUT RUNS [sim overrides...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from twinserve.experiments.fidelity_suite import compose
+
+
+def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple[pd.DataFrame, Any]:
+    """Rerun one engine run folder's overrides on the simulator and write the comparison."""
+    from twinserve.experiments.compare import engine_overlapped, write_report
+    from twinserve.experiments.run import load_run, run_experiment
+
+    ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
+    _, steps, summary = load_run(run_dir)
+    sim = [o for o in ov if not o.lstrip("+~").startswith(("backend=", "backend.", "kv.num_pages="))]
+    pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
+    sim += ["backend=sim", f"kv.num_pages={pages}",
+            f"backend.pipeline={str(engine_overlapped(summary)).lower()}", *extra]
+    run_experiment(compose(sim), out_dir / "sim")
+    return write_report(run_dir, out_dir / "sim", out_dir, title=f"{run_dir.parent.name} {run_dir.name}")
+
+
+SHOWN = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms",
+         "p99_e2el_ms", "request_throughput", "output_throughput")
+MEAN_TARGET = ("mean_ttft_ms", "mean_tpot_ms", "request_throughput")   # within 5 %
+P99_TARGET = ("p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms")             # within 10 %
+
+
+def meets_targets(err: dict[str, float]) -> bool:
+    """The issue's targets: mean TTFT, mean TPOT and throughput within 5 %, p99s within 10 %."""
+    return all(abs(err[k]) <= 5.0 for k in MEAN_TARGET) and all(abs(err[k]) <= 10.0 for k in P99_TARGET)
+
+
+def fidelity_table(rows: list[dict[str, Any]]) -> str:
+    """One markdown row per run: offered load, engine req/s, each shown metric's signed error
+    and whether the run meets the targets."""
+    from twinserve.experiments.compare import METRICS
+
+    labels = dict(METRICS)
+    head = ["run", "load", "engine req/s"] + [labels[k].replace(" (ms)", "").replace(" (req/s)", "")
+                                              .replace(" (tok/s)", "") for k in SHOWN] + ["targets"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 2) + "---|"]
+    for r in rows:
+        errs = [f"{r['err'][k]:+.1f}%" if r["err"].get(k) == r["err"].get(k) else "n/a" for k in SHOWN]
+        ok = "met" if meets_targets(r["err"]) else "missed"
+        lines.append(f"| {r['run']} | {r['load']:.0%} | {r['req_s']:.2f} | " + " | ".join(errs) + f" | {ok} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_errors(frame: pd.DataFrame, path: Path) -> Path:
+    """Signed error of mean TTFT and mean TPOT against offered load, one line per workload and
+    one row of panels per model; the grey band is the 5 % target."""
+    from matplotlib.figure import Figure
+
+    models = list(dict.fromkeys(frame["model"]))
+    fig = Figure(figsize=(9, 3.0 * len(models)))
+    axes = fig.subplots(len(models), 2, squeeze=False)
+    for mi, m in enumerate(models):
+        part = frame[frame["model"] == m]
+        for ci, (key, label) in enumerate((("mean_ttft_ms", "mean TTFT"), ("mean_tpot_ms", "mean TPOT"))):
+            ax = axes[mi][ci]
+            ax.axhspan(-5, 5, color="0.9")
+            ax.axhline(0, color="black", lw=0.8)
+            for wl, g in part.groupby("workload", sort=True):
+                g = g.sort_values("load")
+                ax.plot(100 * g["load"], g[key], marker="o", label=wl)
+            ax.set_title(f"{m}: {label}", fontsize="medium")
+            ax.set_xlabel("offered load (% of measured capacity)")
+            ax.set_ylabel("sim error (%)")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def run_report(args: argparse.Namespace) -> Path:
+    import shutil
+
+    out = Path(args.out)
+    rows = []
+    for model_dir in sorted(p for p in Path(args.runs).iterdir() if p.is_dir()):
+        runs = sorted((d for d in model_dir.iterdir() if (d / "overrides.json").exists()),
+                      key=lambda d: (d.name.rsplit("_", 1)[0], int(d.name.rsplit("_", 1)[1])))
+        for d in runs:
+            dest = out / f"{model_dir.name}_{d.name}"
+            print(f"[fidelity] {model_dir.name} {d.name}", file=sys.stderr, flush=True)
+            table, _ = resimulate(d, dest, args.sim_overrides)
+            if not args.keep_sim:
+                shutil.rmtree(dest / "sim")
+            meta = json.loads((d / "overrides.json").read_text())
+            summary = json.loads((d / "summary.json").read_text())
+            offered = float((summary.get("run", {}).get("workload") or {}).get("rate") or 0.0)
+            e_req = float(table.set_index("key").loc["request_throughput", "engine"])
+            rows.append({"run": f"{model_dir.name} {d.name}", "model": model_dir.name,
+                         "workload": d.name.rsplit("_", 1)[0],
+                         "load": offered / meta["capacity_req_s"] if offered else meta["load"],
+                         "req_s": e_req, "err": dict(zip(table["key"], table["err_pct"]))})
+    text = fidelity_table(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.md").write_text(text)
+    frame = pd.DataFrame([{"run": r["run"], "model": r["model"], "workload": r["workload"], "load": r["load"],
+                           "engine_req_s": r["req_s"], "meets_targets": meets_targets(r["err"]), **r["err"]}
+                          for r in rows])
+    frame.to_csv(out / "fidelity.csv", index=False)
+    if len(frame):
+        plot_errors(frame, out / "fidelity.png")
+    print(text)
+    return out
+
+
