@@ -12,7 +12,8 @@ replays of *other* trace windows than the measured runs: the calibration's input
 ``capacity.json`` (per workload: requests sent at once, completion time, req/s) and one run
 folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``.
 Runs are ordered 25/50/75 % of every workload first, 90 % last, and skipped (listed in
-``suite.json``) when the budget runs out. ``report`` reruns each folder's overrides with
+``suite.json``) when the budget runs out; ``--only`` and ``--capacity-from`` (an earlier
+``capacity.json``, with ``--profile-s 0``) complete a suite that ran out of time. ``report`` reruns each folder's overrides with
 ``backend=sim`` (same KV pool size; the overlap loop when the engine overlapped), writes
 ``compare.md``/``compare.csv``/``step_diff.json`` per run and one ``fidelity.md`` table
 (`twinserve.experiments.fidelity_report`).
@@ -171,17 +172,32 @@ class _Suite:
                   mean_ttft_ms=round(s.get("mean_ttft_ms") or 0.0, 2), mean_tpot_ms=round(s.get("mean_tpot_ms") or 0.0, 3))
 
 
+def run_plan(only: Sequence[str] = ()) -> list[tuple[SuiteWorkload, float]]:
+    """(workload, load) pairs in run order: 25/50/75 % of every workload, then 90 %; ``only``
+    keeps the named ones (``azure_conv_90`` ...)."""
+    plan = [(w, ld) for ld in LOADS if ld < 0.9 for w in SUITE] + [(w, 0.9) for w in SUITE]
+    if only:
+        names = {f"{w.name}_{round(ld * 100)}" for w, ld in plan}
+        unknown = sorted(set(only) - names)
+        if unknown:
+            raise ValueError(f"unknown suite runs {unknown}; known: {sorted(names)}")
+        plan = [(w, ld) for w, ld in plan if f"{w.name}_{round(ld * 100)}" in set(only)]
+    return plan
+
+
 def run_engine_suite(args: argparse.Namespace) -> Path:
+    plan = run_plan(args.only)
     suite = _Suite(args)
     eng = suite.build_engine()
     try:
         if args.profile_s > 0:
             suite.profile(eng)
-        caps: dict[str, float] = {}
-        for w in SUITE:
-            caps[w.name] = suite.capacity(eng, w)
+        if args.capacity_from:
+            caps: dict[str, float] = json.loads(Path(args.capacity_from).read_text())
+            suite.note("capacity_from", path=str(args.capacity_from), **{k: round(v, 3) for k, v in caps.items()})
+        else:
+            caps = {w.name: suite.capacity(eng, w) for w in SUITE if any(w is x for x, _ in plan)}
         (suite.out / "capacity.json").write_text(json.dumps(caps, indent=2))
-        plan = [(w, ld) for ld in LOADS if ld < 0.9 for w in SUITE] + [(w, 0.9) for w in SUITE]
         for w, ld in plan:
             need = args.duration_s * (1.0 + ld) + 5.0
             if suite.left() < need:
@@ -206,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--calib-rate", type=float, default=20.0, help="req/s of the calibration replays")
     e.add_argument("--duration-s", type=float, default=15.0, help="trace seconds per measured run")
     e.add_argument("--cap-requests", type=int, default=200, help="requests sent at once to measure capacity")
+    e.add_argument("--only", nargs="+", default=(), metavar="RUN",
+                   help="run just these (e.g. sessions_90 shared_prefix_90)")
+    e.add_argument("--capacity-from", default=None,
+                   help="capacity.json of an earlier suite run (loads relative to it; no capacity runs)")
     e.add_argument("--progress", action="store_true")
     e.add_argument("overrides", nargs="*", help="twinserve-run overrides for every run (e.g. hardware=h200)")
     r = sub.add_parser("report", help="simulator side and tables")

@@ -72,3 +72,29 @@ def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path:
         # same requests on both sides: the simulator completes what the engine completed
         assert cmp.loc["request_throughput", "sim"] > 0
         assert abs(cmp.loc["output_throughput", "err_pct"]) < 60
+
+
+def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
+        suite_dir: Path, tmp_path: Path) -> None:
+    from twinserve.experiments.fidelity_suite import build_parser, run_engine_suite, run_plan
+
+    assert [f"{w.name}_{round(ld * 100)}" for w, ld in run_plan(["sessions_90", "azure_conv_25"])] == \
+        ["azure_conv_25", "sessions_90"]
+    with pytest.raises(ValueError, match="unknown suite runs"):
+        run_plan(["azure_conv_33"])
+    caps = suite_dir / "tiny-llama" / "capacity.json"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        args = build_parser().parse_args([
+            "engine", "--model", "tiny-llama", "--out", str(tmp_path), "--budget-s", "60", "--profile-s", "0",
+            "--duration-s", "2", "--only", "shared_prefix_50", "--capacity-from", str(caps),
+            "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048"])
+        run_engine_suite(args)
+    finally:
+        torch.set_num_threads(before)
+    m = tmp_path / "tiny-llama"
+    assert sorted(p.name for p in m.iterdir() if (p / "overrides.json").exists()) == ["shared_prefix_50"]
+    meta = json.loads((m / "shared_prefix_50" / "overrides.json").read_text())
+    assert meta["capacity_req_s"] == pytest.approx(json.loads(caps.read_text())["shared_prefix"])
+    assert not (m / "profile_steps.parquet").exists()
