@@ -51,6 +51,7 @@ class CalibratedCostModel(CostModel):
         self._prefill = cal.regimes["prefill"]
         self._mixed = cal.regimes.get("mixed", self._prefill)
         self._min = float(min_step_s)
+        self._offsets = {int(k): float(v) for k, v in cal.decode_offsets.items()}
         host = cal.host
         self._graph_launch = host.launch["decode"] if host is not None and host.sync_graph else None
 
@@ -58,6 +59,8 @@ class CalibratedCostModel(CostModel):
         any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
         any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
         decode = _linear(self._decode, x)
+        if self._offsets:
+            decode = decode + self._offset(x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)
             decode = decode + _linear(self._graph_launch, x) * graph
@@ -69,7 +72,16 @@ class CalibratedCostModel(CostModel):
     def _device(self, f: BatchFeatures, regime: str) -> float:
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
         fit = {"decode": self._decode, "prefill": self._prefill, "mixed": self._mixed}[regime]
-        return max(float(_linear(fit, FeatureScalars(f))), self._min)
+        t = float(_linear(fit, FeatureScalars(f)))
+        if regime == "decode" and self._offsets:
+            t = t + self._offset(float(f.padded_decodes))
+        return max(t, self._min)
+
+    def _offset(self, padded: Any) -> Any:
+        """The calibration's decode offset for a graph batch size (a float, or one per element)."""
+        if isinstance(padded, np.ndarray):
+            return np.array([self._offsets.get(int(b), 0.0) for b in padded], dtype=np.float64)
+        return self._offsets.get(int(padded), 0.0)
 
     def _cpu(self, x: Any, mx: Max) -> Any:
         h = self.calibration.host

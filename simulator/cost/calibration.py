@@ -22,8 +22,9 @@ Format (``version`` 1), one JSON object::
         "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}},
         "tail": {...},                                      # eager steps' device tail
         "sync_graph": false, "sync_eager": false            # launch waits for the device?
-      }
-    }
+      },
+      "decode_offsets": {"1": 8e-5, "2": 2e-4, ...}         # optional: seconds added to the decode
+    }                                                       # fit per CUDA-graph batch size
 
 A term is ``"1"``, a feature name, or a product of feature names ``"a*b"``; a regime's prediction is
 ``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
@@ -157,6 +158,7 @@ class Calibration:
     features: list[str] = field(default_factory=list)
     version: int = FORMAT_VERSION
     host: HostFit | None = None
+    decode_offsets: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.version != FORMAT_VERSION:
@@ -178,6 +180,8 @@ class Calibration:
                "regimes": d["regimes"], "cpu": d["cpu"], "residuals": d["residuals"]}
         if d["host"] is not None:
             out["host"] = d["host"]
+        if self.decode_offsets:
+            out["decode_offsets"] = dict(self.decode_offsets)
         return out
 
     @classmethod
@@ -190,6 +194,7 @@ class Calibration:
             cpu=CpuFit(**d["cpu"]),
             residuals=Residuals(**d.get("residuals", {})),
             host=HostFit.from_dict(d["host"]) if d.get("host") else None,
+            decode_offsets={str(k): float(v) for k, v in (d.get("decode_offsets") or {}).items()},
         )
 
     def save(self, path: str | Path) -> Path:

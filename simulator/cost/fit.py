@@ -87,6 +87,7 @@ def fit_calibration(
     holdout: float = 0.2,
     seed: int = 0,
     min_rows: int = 10,
+    bucket_offsets: bool = True,
 ) -> Calibration:
     """Fit one linear model per regime to ``steps["duration"]`` (device seconds).
 
@@ -96,6 +97,8 @@ def fit_calibration(
     by 1/duration), fitted on a random ``1 - holdout`` share of each regime's rows; ``mape`` is
     measured on the rest. A regime with fewer than ``min_rows`` rows is skipped; "decode" and
     "prefill" must both be present. Residual quantiles are of measured / predicted over all rows.
+    ``bucket_offsets``: the decode fit also gets one additive offset per CUDA-graph batch size
+    (`_fit_with_bucket_offsets`, stored as ``decode_offsets``).
     """
     terms = dict(DEFAULT_TERMS if terms is None else terms)
     for t in [*terms.values(), cpu_terms]:
@@ -116,6 +119,7 @@ def fit_calibration(
         usable = np.ones(len(steps), dtype=bool)
         sync, tail = (False, False), 0.0
     fits: dict[str, LinearFit] = {}
+    offsets: dict[int, float] = {}
     ratios: list[np.ndarray] = []
     for name, rterms in terms.items():
         sel = regime == name
@@ -126,11 +130,19 @@ def fit_calibration(
         y = y_all
         if rows.sum() < min_rows:  # e.g. every step host-bound: the span is the best bound
             rows, y = sel, steps["duration"].to_numpy(np.float64)
-        coef, mape, n_train, n_test = _fit_linear(steps.loc[rows], y[rows], rterms, test[rows], relative=True)
+        off = np.zeros(len(steps))
+        if name == "decode" and bucket_offsets and "padded_decodes" in steps:
+            coef, offsets, off = _fit_with_bucket_offsets(steps, y, rows, test, rterms)
+            held = rows & test
+            mape = float(np.mean(np.abs(term_matrix(steps.loc[held], rterms) @ coef + off[held] - y[held])
+                                 / np.maximum(y[held], 1e-12))) if held.any() else None
+            n_train, n_test = int((rows & ~test).sum()), int(held.sum())
+        else:
+            coef, mape, n_train, n_test = _fit_linear(steps.loc[rows], y[rows], rterms, test[rows], relative=True)
         if tl is not None:
-            mape, n_test = span_error(steps, tl, sel & test, rterms, coef, tail)
+            mape, n_test = span_error(steps, tl, sel & test, rterms, coef, tail, off)
         fits[name] = LinearFit(list(rterms), [float(c) for c in coef], mape, n_train, n_test)
-        pred = term_matrix(steps.loc[rows], rterms) @ coef
+        pred = term_matrix(steps.loc[rows], rterms) @ coef + off[rows]
         ratios.append(y[rows] / np.maximum(pred, 1e-12))
     missing = [r for r in ("decode", "prefill") if r not in fits]
     if missing:
@@ -150,11 +162,38 @@ def fit_calibration(
         host = fit_host(steps, rng, holdout, launch=launch_work(steps, tl, *sync))
         if host is not None:
             (host.sync_graph, host.sync_eager), host.tail = sync, LinearFit(["1"], [tail])
-    return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host)
+    return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host,
+                       decode_offsets={str(k): v for k, v in offsets.items()})
+
+
+def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, test: np.ndarray,
+                             terms: Sequence[str], min_rows: int = 20, rounds: int = 8
+                             ) -> tuple[np.ndarray, dict[int, float], np.ndarray]:
+    """The decode fit plus one additive offset per CUDA-graph batch size (``padded_decodes``)
+    with ``min_rows`` training rows: the median residual of that size (the offsets anchored at
+    their own median), refitted ``rounds`` times (each graph size runs its own kernels, so small
+    sizes do not sit on one line).
+    Returns (coef, {size: seconds}, the offset of every row)."""
+    pad = steps["padded_decodes"].to_numpy(np.int64)
+    X = term_matrix(steps, terms)
+    train = rows & ~test
+    off = np.zeros(len(steps))
+    offsets: dict[int, float] = {}
+    coef = np.zeros(len(terms))
+    for _ in range(rounds):
+        coef, _, _, _ = _fit_linear(steps.loc[rows], (y - off)[rows], terms, test[rows], relative=True)
+        resid = y - X @ coef
+        offsets = {int(b): float(np.median(resid[train & (pad == b)])) for b in np.unique(pad[train])
+                   if (train & (pad == b)).sum() >= min_rows}
+        if offsets:  # anchored at their median, so that the line keeps the common part
+            mid = float(np.median(list(offsets.values())))
+            offsets = {b: v - mid for b, v in offsets.items()}
+        off = np.array([offsets.get(int(b), 0.0) for b in pad])
+    return coef, offsets, off
 
 
 def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: Sequence[str],
-               coef: np.ndarray, tail: float) -> tuple[float | None, int]:
+               coef: np.ndarray, tail: float, offset: np.ndarray | None = None) -> tuple[float | None, int]:
     """Held-out error of the step's device span (``duration``, what the engine's events
     measure) predicted from the device fit and the step's measured start and launch end:
     ``max(start + device, launch_end + (device if graph else tail)) - start``."""
@@ -164,6 +203,8 @@ def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: S
         return None, 0
     df = steps.loc[rows]
     g = term_matrix(df, terms) @ coef
+    if offset is not None:
+        g = g + offset[rows]
     d0 = df["dev_start"].to_numpy(np.float64)
     le = df["launch_end"].to_numpy(np.float64)
     after = np.where(tl.loc[rows, "graph"].to_numpy(bool), g, tail)
@@ -249,6 +290,10 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
         if sel.any():
             fit = cal.regimes.get(name, cal.regimes["prefill"])
             g[sel] = term_matrix(steps.loc[sel], fit.terms) @ np.asarray(fit.coef)
+    if cal.decode_offsets:
+        sel = reg == "decode"
+        g[sel] += steps.loc[sel, "padded_decodes"].map(
+            lambda b: cal.decode_offsets.get(str(int(b)), 0.0)).to_numpy(np.float64)
     if cal.host is None or not has_timeline(steps):
         return g
     tl = timeline_frame(steps)

@@ -223,3 +223,31 @@ def test_timeline_helpers_on_an_overlapped_log() -> None:
                           terms={"decode": ("1", "num_seqs"), "prefill": TRUE_PREFILL_TERMS})
     span = predict_span(cal, steps)
     assert np.allclose(span, steps["duration"].to_numpy(), rtol=1e-9)
+
+
+def test_decode_offsets_per_graph_size_are_fitted_and_applied_alike_to_one_or_many_steps(tmp_path: Path) -> None:
+    from twinserve.core.batch import BatchFeatures
+    from twinserve.simulator.cost.base import FeatureColumns
+
+    steps = synthetic_steps(4500, 5)  # ~60 decode rows per graph size
+    bump = {8: 4e-4, 16: -2e-4}  # two graph sizes run slower / faster than the line says
+    dec = steps["num_prefills"] == 0
+    extra = steps["padded_decodes"].map(lambda b: bump.get(int(b), 0.0)).where(dec, 0.0)
+    steps["duration"] = steps["duration"] + extra
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True)
+    line = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True, bucket_offsets=False)
+    assert cal.decode_offsets and not line.decode_offsets
+    # the line alone cannot follow the two graph sizes; line + offsets reproduces them exactly
+    assert line.regimes["decode"].mape > 1e-3 and cal.regimes["decode"].mape < 1e-9
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    feats = [BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                           decode_ctx=500 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=p, max_ctx=600)
+             for b, p in [(7, 8), (8, 8), (13, 16), (30, 32)]]
+    one = [model.step_time(f) for f in feats]
+    many = model.step_times(FeatureColumns(feats))
+    assert list(many) == one  # bit for bit, as fast-forward needs
+    t = TRUE["decode"]
+    for f, got in zip(feats, one):  # the true line plus the bump of the graph size
+        want = (t["1"] + t["num_seqs"] * f.num_seqs + t["decode_ctx"] * f.decode_ctx
+                + t["padded_decodes"] * f.padded_decodes + bump.get(f.padded_decodes, 0.0))
+        assert got == pytest.approx(want, rel=1e-6)
