@@ -13,7 +13,6 @@ Stable API (a ZMQ worker drives exactly this)::
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -281,10 +280,7 @@ class Engine:
         rec.duration = duration
         t_end = time.perf_counter()
         rec.cpu_s += t_end - t
-        d0, d1 = self.runner.device_span(fl)
-        if math.isnan(d0):  # no device clock (CPU): the host-measured span
-            d0 = fl.t_begin - self._t0 if fl.t_begin else float("nan")
-            d1 = d0 + duration
+        d0, d1 = self.runner.device_span(fl, duration, self._t0)
         rec.extra.update(wait_s=t - tw, tokens_at=t - self._t0, complete_s=t_end - t,
                          dev_start=d0, dev_end=d1)
         self.steps.append(rec)

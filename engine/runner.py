@@ -162,15 +162,19 @@ class ModelRunner:
             self._origin.record()
             self._origin.synchronize()
 
-    def device_span(self, fl: InFlight) -> tuple[float, float]:
-        """(start, end) of a finished step in seconds since `mark_origin` (the device's own
-        clock on CUDA; the host's ``perf_counter`` span on CPU, relative to the same origin)."""
+    def device_span(self, fl: InFlight, duration: float, host_origin: float) -> tuple[float, float]:
+        """(start, end) of a finished step in seconds: on CUDA from its events against the origin
+        event of `mark_origin`; on CPU the host span from ``fl.t_begin`` (``perf_counter``) of
+        ``duration`` against ``host_origin``. NaN where the origin or start is unknown."""
         if self.cuda:
             if self._origin is None:
                 return float("nan"), float("nan")
             a = self._origin.elapsed_time(fl.start_evt) / 1e3
             return a, a + fl.start_evt.elapsed_time(fl.end_evt) / 1e3
-        return float("nan"), float("nan")
+        if not fl.t_begin:
+            return float("nan"), float("nan")
+        a = fl.t_begin - host_origin
+        return a, a + duration
 
     def finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
         if self.cuda:

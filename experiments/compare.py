@@ -214,6 +214,17 @@ def engine_overlapped(summary: dict[str, Any]) -> bool:
     return str(run.get("hardware", "")) != "cpu"
 
 
+def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[str]:
+    """Simulator overrides that match an engine run: its KV pool size (``kv.num_pages``, when it
+    ran a step) and its loop (``backend.pipeline`` when it overlapped)."""
+    out = []
+    if len(steps):
+        pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
+        out.append(f"kv.num_pages={pages}")
+    out.append(f"backend.pipeline={str(engine_overlapped(summary)).lower()}")
+    return out
+
+
 def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
     """Run the engine, then the simulator on the engine's pool size, then `write_report`."""
     from twinserve.experiments.run import load_run, run_experiment
@@ -222,12 +233,8 @@ def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = N
     clean = [o for o in overrides if not o.startswith(("backend=", "kv.num_pages="))]
     run_experiment(compose_config([*for_backend(clean, "engine"), "backend=engine"]), out / "engine")
     _, steps, summary = load_run(out / "engine")
-    extra = []
-    if len(steps):
-        pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
-        extra.append(f"kv.num_pages={pages}")
-    if not any(o.startswith("sim.pipeline=") or o.startswith("backend.pipeline=") for o in clean):
-        extra.append(f"backend.pipeline={str(engine_overlapped(summary)).lower()}")
+    user_loop = any(o.startswith(("sim.pipeline=", "backend.pipeline=")) for o in clean)
+    extra = [o for o in sim_matching_engine(steps, summary) if not (user_loop and o.startswith("backend.pipeline="))]
     run_experiment(compose_config([*for_backend(clean, "sim"), "backend=sim", *extra]), out / "sim")
     return write_report(out / "engine", out / "sim", out, title)
 

@@ -19,15 +19,13 @@ from twinserve.experiments.fidelity_suite import compose
 
 def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple[pd.DataFrame, Any]:
     """Rerun one engine run folder's overrides on the simulator and write the comparison."""
-    from twinserve.experiments.compare import engine_overlapped, write_report
+    from twinserve.experiments.compare import sim_matching_engine, write_report
     from twinserve.experiments.run import load_run, run_experiment
 
     ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
     _, steps, summary = load_run(run_dir)
     sim = [o for o in ov if not o.lstrip("+~").startswith(("backend=", "backend.", "kv.num_pages="))]
-    pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
-    sim += ["backend=sim", f"kv.num_pages={pages}",
-            f"backend.pipeline={str(engine_overlapped(summary)).lower()}", *extra]
+    sim += ["backend=sim", *sim_matching_engine(steps, summary), *extra]
     run_experiment(compose(sim), out_dir / "sim")
     return write_report(run_dir, out_dir / "sim", out_dir, title=f"{run_dir.parent.name} {run_dir.name}")
 

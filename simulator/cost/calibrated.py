@@ -27,6 +27,16 @@ def _linear(fit: LinearFit, x: Any) -> Any:
     return acc
 
 
+def _by_regime(x: Any, mx: Max, decode: Any, prefill: Any, mixed: Any) -> Any:
+    """Each step's value for its regime (decode: no prefill chunk; prefill: no decode; mixed:
+    both), picked with 0/1 indicators so that the formula stays + - * and max."""
+    any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
+    any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
+    return (decode * (1.0 - any_prefill)
+            + prefill * (any_prefill * (1.0 - any_decode))
+            + mixed * (any_prefill * any_decode))
+
+
 @COST_MODELS.register("calibrated")
 class CalibratedCostModel(CostModel):
     """Per-regime linear models read from a ``Calibration`` (see calibration.py for the format).
@@ -56,18 +66,13 @@ class CalibratedCostModel(CostModel):
         self._graph_launch = host.launch["decode"] if host is not None and host.sync_graph else None
 
     def _gpu(self, x: Any, mx: Max) -> Any:
-        any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
-        any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
         decode = _linear(self._decode, x)
         if self._offsets:
             decode = decode + self._offset(x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)
             decode = decode + _linear(self._graph_launch, x) * graph
-        t = (decode * (1.0 - any_prefill)
-             + _linear(self._prefill, x) * (any_prefill * (1.0 - any_decode))
-             + _linear(self._mixed, x) * (any_prefill * any_decode))
-        return mx(t, self._min)
+        return mx(_by_regime(x, mx, decode, _linear(self._prefill, x), _linear(self._mixed, x)), self._min)
 
     def _device(self, f: BatchFeatures, regime: str) -> float:
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
@@ -88,12 +93,9 @@ class CalibratedCostModel(CostModel):
         if h is None:
             return mx(_linear(self.calibration.cpu, x), 0.0)
         # the host's own work per step (the recorded cpu_s also holds its waits for the device)
-        any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
-        any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
         prefill = h.launch["prefill"]
-        launch = (_linear(h.launch["decode"], x) * (1.0 - any_prefill)
-                  + _linear(prefill, x) * (any_prefill * (1.0 - any_decode))
-                  + _linear(h.launch.get("mixed", prefill), x) * (any_prefill * any_decode))
+        launch = _by_regime(x, mx, _linear(h.launch["decode"], x), _linear(prefill, x),
+                            _linear(h.launch.get("mixed", prefill), x))
         return mx(_linear(h.sched, x) + launch + _linear(h.complete, x) + _linear(h.loop, x), 0.0)
 
     def host_parts(self, f: BatchFeatures) -> HostParts:

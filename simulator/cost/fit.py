@@ -11,7 +11,9 @@ from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, HostFit, LinearFit, Provenance, Residuals, check_terms,
 )
 from twinserve.simulator.cost.nnls import nnls
-from twinserve.simulator.cost.timeline import detect_sync, has_timeline, launch_work, timeline_frame
+from twinserve.simulator.cost.timeline import (
+    coupled_span, detect_sync, has_timeline, launch_work, runs_of, timeline_frame,
+)
 
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
@@ -195,8 +197,8 @@ def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarra
 def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: Sequence[str],
                coef: np.ndarray, tail: float, offset: np.ndarray | None = None) -> tuple[float | None, int]:
     """Held-out error of the step's device span (``duration``, what the engine's events
-    measure) predicted from the device fit and the step's measured start and launch end:
-    ``max(start + device, launch_end + (device if graph else tail)) - start``."""
+    measure) predicted from the device fit and the step's measured start and launch end
+    (`timeline.coupled_span`)."""
     rows = rows & np.isfinite(steps["dev_start"].to_numpy(np.float64)) & \
         np.isfinite(steps["launch_end"].to_numpy(np.float64))
     if not rows.any():
@@ -205,10 +207,7 @@ def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: S
     g = term_matrix(df, terms) @ coef
     if offset is not None:
         g = g + offset[rows]
-    d0 = df["dev_start"].to_numpy(np.float64)
-    le = df["launch_end"].to_numpy(np.float64)
-    after = np.where(tl.loc[rows, "graph"].to_numpy(bool), g, tail)
-    pred = np.maximum(d0 + g, le + after) - d0
+    pred = coupled_span(g, df, tl.loc[rows, "graph"].to_numpy(bool), tail)
     y = df["duration"].to_numpy(np.float64)
     return float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-12))), int(rows.sum())
 
@@ -219,10 +218,8 @@ def loop_overhead(steps: pd.DataFrame) -> pd.Series:
     iteration's start. Rows are in execution order; a run ends where ``iter_start`` goes back
     (a clock reset). Idle waits and iterations that launched nothing show up as long gaps
     (the caller filters them)."""
-    it0 = steps["iter_start"].to_numpy(np.float64)
-    group = pd.Series(np.concatenate([[0], np.cumsum(np.diff(it0) < 0)]), index=steps.index)
     out = pd.Series(np.nan, index=steps.index)
-    for _, g in steps.groupby(group, sort=False):
+    for _, g in steps.groupby(runs_of(steps), sort=False):
         g = g.sort_values("iter_start", kind="stable")
         it = g["iter_start"].to_numpy(np.float64)
         te = (g["tokens_at"] + g["complete_s"]).to_numpy(np.float64)
@@ -296,8 +293,6 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
             lambda b: cal.decode_offsets.get(str(int(b)), 0.0)).to_numpy(np.float64)
     if cal.host is None or not has_timeline(steps):
         return g
-    tl = timeline_frame(steps)
-    d0 = steps["dev_start"].to_numpy(np.float64)
-    after = np.where(tl["graph"].to_numpy(bool), g, float(cal.host.tail.coef[0]))
-    span = np.maximum(d0 + g, steps["launch_end"].to_numpy(np.float64) + after) - d0
+    graph = timeline_frame(steps)["graph"].to_numpy(bool)
+    span = coupled_span(g, steps, graph, float(cal.host.tail.coef[0]))
     return np.where(np.isfinite(span), span, g)

@@ -94,3 +94,15 @@ def ran_overlapped(steps: pd.DataFrame) -> bool | None:
         flags.append(tok[ok] > nxt[ok])
     f = np.concatenate(flags) if flags else np.zeros(0, bool)
     return bool(f.mean() > 0.5) if f.size else None
+
+
+def coupled_span(device: np.ndarray, steps: pd.DataFrame, graph: np.ndarray, tail: float) -> np.ndarray:
+    """The device span the engine's events measure (its ``duration``) for steps of ``device``
+    work, given each step's measured device start and launch end: a graph step cannot start
+    before its launch ended, an eager one ends at least ``tail`` after it::
+
+        max(dev_start + device, launch_end + (device if graph else tail)) - dev_start
+    """
+    d0 = steps["dev_start"].to_numpy(np.float64)
+    after = np.where(graph, device, tail)
+    return np.maximum(d0 + device, steps["launch_end"].to_numpy(np.float64) + after) - d0
