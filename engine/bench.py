@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from twinserve.core.model_shapes import ModelShape
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.engine.config import EngineConfig
@@ -76,7 +77,8 @@ def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0
     recs = [r for r in eng.steps[first:] if r.features.num_decodes == batch and r.features.num_prefills == 0]
     mc, geom = eng.model_config, eng.pool.geom
     elem = torch.empty((), dtype=geom.dtype).element_size()
-    weight_bytes = mc.param_count() * elem / eng.tp_size  # one rank's share (norms replicated: negligible)
+    params = ModelShape.from_hf_config(mc.raw).param_count()
+    weight_bytes = params * elem / eng.tp_size  # one rank's share (norms replicated: negligible)
     mean_ctx = float(np.mean([r.features.decode_ctx / batch for r in recs]))
     kv_bytes = batch * mean_ctx * 2 * mc.num_layers * geom.num_kv_heads * geom.head_dim * elem
     dur = float(np.median([r.duration for r in recs]))

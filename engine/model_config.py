@@ -105,9 +105,3 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
-
-    def param_count(self) -> int:
-        h, layer = self.hidden_size, 0
-        layer += h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * self.intermediate_size + 2 * h
-        emb = self.vocab_size * h
-        return emb * (1 if self.tie_word_embeddings else 2) + self.num_layers * layer + h

@@ -13,20 +13,11 @@ from dataclasses import dataclass
 
 import zmq
 
+from twinserve.core.proc import pid_exists
 from twinserve.server.messages import decode, encode
 
 
 _PREFIX = "twinserve-ipc-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep_stale(base: str) -> list[str]:
@@ -44,7 +35,7 @@ def sweep_stale(base: str) -> list[str]:
                 pid = int(f.read().strip() or 0)
         except (OSError, ValueError):
             continue
-        if pid > 0 and not _pid_alive(pid):
+        if pid > 0 and not pid_exists(pid):
             shutil.rmtree(root, ignore_errors=True)
             removed.append(root)
     return removed

@@ -25,6 +25,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from twinserve.core.proc import pid_exists
 from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.tp.channel import StepReceiver
 from twinserve.engine.tp.comm import check_group, group_over, make_backend
@@ -32,13 +33,8 @@ from twinserve.engine.tp.spec import GroupSpec
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return os.getppid() == pid
+    """Rank 0 (``pid``) still runs and is still this process's parent."""
+    return pid_exists(pid) and os.getppid() == pid
 
 
 def _watch_leader(pid: int, period_s: float = 0.5) -> None:
