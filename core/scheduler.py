@@ -88,6 +88,16 @@ class Scheduler:
 
     # ---- queue -----------------------------------------------------------------------------
     def add(self, req: Req) -> None:
+        """Queue ``req`` (ValueError as `check` says)."""
+        self.check(req)
+        req.state = _WAITING
+        self.waiting.append(req)
+        self._live[req.rid] = req
+        self.policy.on_add(req, req.arrival)
+
+    def check(self, req: Req) -> None:
+        """Raise the ValueError that ``add(req)`` would raise (too long for the model or the pool,
+        over the token budget without chunked prefill, a duplicate id); queue nothing."""
         cfg = self.config
         total = req.prompt_len + req.params.max_tokens
         if total > cfg.max_model_len:
@@ -101,10 +111,6 @@ class Scheduler:
                              f"budget {cfg.max_num_batched_tokens} and chunked prefill is off")
         if req.rid in self._live:
             raise ValueError(f"request id {req.rid} is already in the scheduler")
-        req.state = _WAITING
-        self.waiting.append(req)
-        self._live[req.rid] = req
-        self.policy.on_add(req, req.arrival)
 
     def abort(self, rid: int, now: float | None = None) -> Req | None:
         """Abort a request; its pages return at once, or when its last launched batch completes."""

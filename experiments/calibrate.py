@@ -82,14 +82,13 @@ def step_errors(cal: Calibration, steps: pd.DataFrame) -> list[RegimeError]:
 
 
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
-                    command: str, notes: dict[str, Any] | None = None, holdout: float = 0.2,
-                    seed: int = 0) -> Calibration:
+                    command: str, notes: dict[str, Any] | None = None, seed: int = 0) -> Calibration:
     """Fit a `Calibration` on step rows; non-positive durations are dropped. The notes (JSON)
     carry ``notes`` plus the error on the replay rows (``phase == "replay"``) when present."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
                       date=dt.date.today().isoformat(), command=command)
-    cal = fit_calibration(steps, prov, overlap=overlap, holdout=holdout, seed=seed)
+    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed)
     extra = dict(notes or {})
     extra["rows"] = int(len(steps))
     if "phase" in steps:
@@ -105,16 +104,20 @@ def summary_lines(cal: Calibration) -> list[str]:
     lines = [f"calibration {cal.provenance.gpu}/{cal.provenance.model}/tp{cal.provenance.tp}:"]
     for name, fit in cal.regimes.items():
         mape = "n/a" if fit.mape is None else f"{100 * fit.mape:.2f}%"
-        lines.append(f"  {name:8s} held-out MAPE {mape} (train {fit.n}, test {fit.n_test})")
+        lines.append(f"  {name:8s} 5-fold MAPE {mape} ({fit.n} rows fitted, error over {fit.n_test})")
     cpu_mape = "n/a" if cal.cpu.mape is None else f"{100 * cal.cpu.mape:.2f}%"
-    lines.append(f"  cpu      held-out MAPE {cpu_mape} (host time), overlap={cal.cpu.overlap}")
+    lines.append(f"  cpu      5-fold MAPE {cpu_mape} (host time), overlap={cal.cpu.overlap}")
     if cal.host is not None:
         h = cal.host
         parts = [("sched", h.sched), ("complete", h.complete), ("loop", h.loop),
                  *((f"launch/{k}", v) for k, v in h.launch.items())]
+        if h.sync_graph:
+            parts.append(("pre/graph", h.pre))
         for name, fit in parts:
             m = "n/a" if fit.mape is None else f"{100 * fit.mape:.1f}%"
-            lines.append(f"  host {name:14s} base {1e3 * fit.coef[0]:.3f} ms, held-out MAPE {m}")
+            lines.append(f"  host {name:14s} base {1e3 * fit.coef[0]:.3f} ms, 5-fold MAPE {m}")
+        lines.append(f"  host slow episodes: {100 * h.slow_share:.1f}% of steps, {h.slow_factor:.2f}x slower "
+                     f"(left out of the fits)")
     notes = json.loads(cal.provenance.notes or "{}")
     for name, e in (notes.get("replay_error") or {}).items():
         lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")
@@ -132,7 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                     help="whether host time hides behind device time (auto: the engine's mode)")
-    ap.add_argument("--holdout", type=float, default=0.2)
     return ap
 
 
@@ -162,8 +164,7 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
             steps.to_parquet(args.steps_out, index=False)
     if args.overlap != "auto":
         overlap = args.overlap == "on"
-    cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info,
-                          holdout=args.holdout, seed=args.seed)
+    cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info, seed=args.seed)
     out = Path(args.out or f"{args.work_dir}/{gpu}_{model}_tp{args.tp}.json")
     cal.save(out)
     CalibratedCostModel(out)  # the simulator can read what was written

@@ -35,7 +35,8 @@ class SimConfig:
     ``keep_steps=False`` keeps only the step count (less memory). ``progress`` shows a tqdm bar
     over simulated time. ``pipeline`` replays the engine's overlap loop as a host and a device
     timeline (`Replica._run_pipelined`, with the cost model's ``host_parts``), slower since
-    nothing fast-forwards.
+    nothing fast-forwards. ``lag_arrivals`` (plain loop only): a request arriving while a step
+    runs is first scheduled one step boundary later, as an overlapping engine does (`Replica`).
     """
 
     replicas: int = 1
@@ -49,6 +50,7 @@ class SimConfig:
     max_stretch: int = 4096
     progress: bool = False
     pipeline: bool = False
+    lag_arrivals: bool = False
 
 
 @dataclass(slots=True)
@@ -121,7 +123,7 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
             noise = StepNoise(quant[0], quant[1], seed)
         replicas.append(Replica(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
                                 cfg.fast_forward, cfg.check_invariants, cfg.max_stretch,
-                                cfg.pipeline))
+                                cfg.pipeline, cfg.lag_arrivals))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0
     for i, s in enumerate(scheds):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any, Callable, Generator
 
 import numpy as np
@@ -35,7 +36,12 @@ class Replica:
         yield env.timeout(wall time of the batch from the cost model)
         scheduler.complete(batch, tokens, env.now)
 
-    With nothing to run it waits on an event that ``submit`` triggers. Step time: device time
+    With nothing to run it waits on an event that ``submit`` triggers. ``lag`` (the plain loop of
+    a model fitted on an overlapping engine): a request that arrives while a step runs is first
+    scheduled at the boundary after next, as the engine's overlap loop fixes each batch one step
+    ahead; that is, a boundary admits the requests that arrived before the start of the step
+    that just ended, and all of them when the replica would otherwise have nothing to run.
+    Step time: device time
     ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
     ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says; the
     step record's ``duration`` is the device time and ``cpu_s`` the host time.
@@ -53,12 +59,14 @@ class Replica:
                  steps: StepLog, on_finish: Callable[[list[Req], int], None],
                  next_arrival: Callable[[], float], noise: StepNoise | None = None,
                  fast_forward: bool = True, check: bool = False, max_stretch: int = 4096,
-                 pipeline: bool = False) -> None:
+                 pipeline: bool = False, lag: bool = False) -> None:
         self.env, self.index, self.sched, self.cost = env, index, sched, cost
         self.steps, self.noise = steps, noise
         self._on_finish, self._next_arrival = on_finish, next_arrival
         self.fast_forward, self.check, self.max_stretch = fast_forward, check, max_stretch
         self.pipeline = pipeline
+        self.lag = lag and not pipeline
+        self._lagged: deque[Req] = deque()  # arrived while a step ran, not yet schedulable
         self._wake: Event | None = None
         self.busy_s = 0.0
         self.num_stretches = 0
@@ -72,28 +80,52 @@ class Replica:
 
     # ---- called by the cluster ----------------------------------------------------------
     def submit(self, req: Req) -> None:
-        """Queue ``req`` (``ValueError`` from the scheduler propagates) and wake the replica."""
+        """Queue ``req`` (``ValueError`` from the scheduler propagates) and wake the replica;
+        with ``lag``, a request arriving while a step runs waits in ``_lagged``."""
+        if self.lag and self._wake is None:
+            self.sched.check(req)
+            self._lagged.append(req)
+            return
         self.sched.add(req)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def _admit(self, before: float) -> None:
+        """Move the lagged requests that arrived at or before ``before`` into the scheduler."""
+        q = self._lagged
+        while q and q[0].arrival <= before:
+            self.sched.add(q.popleft())
+
+    def _next_visible(self) -> float:
+        """The earliest arrival not yet in the scheduler (lagged or still to come)."""
+        t = self._next_arrival()
+        return min(self._lagged[0].arrival, t) if self._lagged else t
+
     # ---- the loop ---------------------------------------------------------------------------
     def _run(self) -> Generator:
         env, sched = self.env, self.sched
+        last_start = -math.inf  # start of the step that ended last (``lag``)
         while True:
+            self._admit(last_start)
             batch = sched.schedule(env.now)
+            if batch is None and self._lagged:  # nothing else to run: the engine sees them now
+                self._admit(math.inf)
+                batch = sched.schedule(env.now)
             if batch is None:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
+            last_start = env.now
             gpu, cpu, wall = self._step_cost(batch)
             rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
             yield env.timeout(wall)
             self._complete(batch, rec, wall)
             if self.fast_forward:
-                end = self._stretch()
-                if end is not None:
+                self._admit(last_start)
+                ff = self._stretch()
+                if ff is not None:
+                    end, last_start = ff
                     yield At(env, end, STEP_END)
 
     def _step_cost(self, batch: Batch) -> tuple[float, float, float]:
@@ -121,13 +153,14 @@ class Replica:
         and spends ``loop`` before iteration k+1::
 
             mark = max(t + sched, dev_start[k-1]);  dev_start[k] = max(dev_end[k-1], mark)
-            launched = (max(mark, dev_end[k-1]) if sync else mark) + launch
+            launched = (max(mark + pre, dev_end[k-1]) if sync else mark + pre) + launch
             dev_end[k] = max(dev_start[k] + device, launched + (device if graph else tail))
             tokens of k-1 at max(launched, dev_end[k-1]);  next t = that + complete + loop
 
         A CUDA-graph step cannot start on the device before its launch ended; an eager step's
         kernels run as they are launched, so it ends no earlier than ``tail`` after the launch
-        (a host-bound step); ``sync``: the launch waits for the previous step's device end.
+        (a host-bound step); ``sync``: the launch waits for the previous step's device end
+        once it has done ``pre`` of its own work.
 
         Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits); a request
         arriving during iteration k is first scheduled in iteration k+1, as in the engine. No
@@ -152,11 +185,11 @@ class Replica:
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()
-                rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.launch + hp.complete,
+                rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.pre + hp.launch + hp.complete,
                                    replica=self.index)
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
                 d0 = max(dev_end, mark)
-                t_host = (max(mark, dev_end) if hp.sync else mark) + hp.launch
+                t_host = (max(mark + hp.pre, dev_end) if hp.sync else mark + hp.pre) + hp.launch
                 # a graph starts once launched; eager kernels run as launched, ending >= tail after
                 dev_end = max(d0 + gpu, t_host + (gpu if hp.graph else hp.tail))
                 rec.duration = dev_end - d0  # the device span, as the engine's events measure it
@@ -175,15 +208,17 @@ class Replica:
             if nxt > env.now:
                 yield env.timeout(nxt - env.now)
 
-    def _stretch(self) -> float | None:
+    def _stretch(self) -> tuple[float, float] | None:
         """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return
-        the time its last step ends (the replica sleeps until then), else None.
+        the time its last step ends (the replica sleeps until then) and when that step started,
+        else None. With ``lag`` a step also fits when it starts after the arrival but the step
+        before it did not (the arrival becomes schedulable one boundary later).
 
         Step times are evaluated in growing chunks (32, 128, 512, ... steps) until a step would
         start at or after the next arrival, so a stretch cut short by an arrival costs little.
         """
         sched, cost, noise = self.sched, self.cost, self.noise
-        now, t_next = self.env.now, self._next_arrival()
+        now, t_next = self.env.now, self._next_visible()
         k = sched.decode_stretch(self.max_stretch)
         if k < 2:
             return None
@@ -204,11 +239,14 @@ class Replica:
             # a step joins only if it starts strictly before the next arrival (step 0 starts
             # now, and every arrival due now has been delivered, so step 0 always does)
             fit = m if math.isinf(t_next) else int(np.searchsorted(ends[:m], t_next, "left"))
+            cut = fit < m
+            if self.lag and cut:  # the first step starting after it still runs without it
+                fit += 1
             if fit:
                 parts.append((cols, gpu[:fit], cpu[:fit], wall[:fit], ends[:fit]))
                 n += fit
                 s = float(ends[fit])
-            if fit < m:
+            if cut:
                 break
             chunk *= 4
         if n < 2:
@@ -228,7 +266,7 @@ class Replica:
         self.num_stretches += 1
         self.stretch_steps += n
         self.busy_s += s - now
-        return s
+        return s, float(starts[-1])
 
     def _log_stretch(self, sc: Any, parts: list, starts: np.ndarray, gpu: np.ndarray,
                      cpu: np.ndarray) -> None:

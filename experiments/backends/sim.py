@@ -24,7 +24,8 @@ class SimBackend(Backend):
             check_invariants=bool(b.get("check_invariants", False)), noise=bool(b.get("noise", False)),
             seed=int(cfg.get("seed", 0)), keep_steps=bool(b.get("keep_steps", True)),
             max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
-            pipeline=bool(b.get("pipeline", False)))
+            pipeline=bool(b.get("pipeline", False)),
+            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead))
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
         stats = res.stats()
@@ -33,3 +34,12 @@ class SimBackend(Backend):
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, **stats}
         return BackendResult(res.requests, res.steps, res.rejected, meta, timing)
+
+
+def _lag(value: object, auto: bool) -> bool:
+    """``backend.lag_arrivals``: true, false, or "auto" (the cost model's ``batch_ahead``)."""
+    if value is None or str(value).lower() == "auto":
+        return auto
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"backend.lag_arrivals must be true, false or auto, got {value!r}")

@@ -80,7 +80,9 @@ class HostParts:
     back) and ``loop`` (the rest of a loop iteration: the serving driver around ``step()``).
     How the device span meets the launch: a ``graph`` step starts on the device only after its
     launch ended; an eager one runs as it is launched and ends at least ``tail`` after the
-    launch. ``sync``: the launch itself waits for the previous step's device end. ``device``:
+    launch. ``sync``: the launch itself waits for the previous step's device end, after
+    ``pre`` of its own work (the inputs it prepares first); ``launch`` is the part after the
+    wait (without ``sync``, ``pre`` is simply more launch work). ``device``:
     the device's own work for the step when it differs from ``step_time`` (which, for the
     simulator's plain loop, may fold in host work the device waits for); None = ``step_time``.
     Invariant: every time >= 0."""
@@ -93,6 +95,7 @@ class HostParts:
     graph: bool = False
     sync: bool = False
     device: float | None = None
+    pre: float = 0.0
 
 
 class CostModel(ABC):
@@ -109,10 +112,14 @@ class CostModel(ABC):
       engine's overlap loop (`HostParts`), for the simulator's ``pipeline`` loop.
     - ``noise_quantiles()`` returns (levels, multiplicative factors) of the model's residual
       distribution, or None; the simulator draws noise from it on its own random stream.
+    - ``batch_ahead``: the model describes an engine whose overlap loop fixes each batch one
+      step ahead (a calibration fitted on such an engine's timeline); the simulator's plain loop
+      then lags arrivals by one step (``SimConfig.lag_arrivals``, Hydra ``backend.lag_arrivals=auto``).
     - A model is immutable after construction and holds no random state.
     """
 
     overlap: bool = True
+    batch_ahead: bool = False
 
     @abstractmethod
     def _gpu(self, x: Any, mx: Max) -> Any: ...

@@ -9,22 +9,34 @@ import numpy as np
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
-from twinserve.simulator.cost.calibration import Calibration, LinearFit
+from twinserve.simulator.cost.calibration import Calibration, LinearFit, term_factors
 
 
-def _linear(fit: LinearFit, x: Any) -> Any:
-    """sum(coef[i] * term[i]) in a fixed order; terms are "1", "f" or "f*g"."""
-    acc: Any = x.num_seqs * 0.0
-    for term, c in zip(fit.terms, fit.coef):
-        if term == "1":
-            acc = acc + float(c)
-            continue
-        names = term.split("*")
-        v = getattr(x, names[0])
-        for n in names[1:]:
-            v = v * getattr(x, n)
-        acc = acc + v * float(c)
-    return acc
+class _Linear:
+    """A `LinearFit` compiled for evaluation: sum(coef[i] * term[i]) in the fit's order; terms
+    are "1", "f", "f>k" (``mx(f - k, 0)``) or products "f*g" (`calibration.term_factors`),
+    parsed once. Called on a ``BatchFeatures``-like ``x`` with ``mx`` as the elementwise max."""
+
+    __slots__ = ("_terms",)
+
+    def __init__(self, fit: LinearFit) -> None:
+        self._terms = tuple((float(c), None if t == "1" else tuple(term_factors(t)))
+                            for t, c in zip(fit.terms, fit.coef))
+
+    def __call__(self, x: Any, mx: Max) -> Any:
+        acc: Any = x.num_seqs * 0.0
+        for c, factors in self._terms:
+            if factors is None:
+                acc = acc + c
+                continue
+            v: Any = None
+            for name, knot in factors:
+                f = getattr(x, name)
+                if knot is not None:
+                    f = mx(f - knot, 0.0)
+                v = f if v is None else v * f
+            acc = acc + v * c
+        return acc
 
 
 def _by_regime(x: Any, mx: Max, decode: Any, prefill: Any, mixed: Any) -> Any:
@@ -57,27 +69,35 @@ class CalibratedCostModel(CostModel):
         self.calibration = cal
         self.source = None if isinstance(calibration, Calibration) else str(calibration)
         self.overlap = cal.cpu.overlap if overlap is None else bool(overlap)
-        self._decode = cal.regimes["decode"]
-        self._prefill = cal.regimes["prefill"]
-        self._mixed = cal.regimes.get("mixed", self._prefill)
+        self.batch_ahead = self.overlap and cal.host is not None
+        prefill = cal.regimes["prefill"]
+        self._device = {"decode": _Linear(cal.regimes["decode"]), "prefill": _Linear(prefill),
+                        "mixed": _Linear(cal.regimes.get("mixed", prefill))}
         self._min = float(min_step_s)
         self._offsets = {int(k): float(v) for k, v in cal.decode_offsets.items()}
-        host = cal.host
-        self._graph_launch = host.launch["decode"] if host is not None and host.sync_graph else None
+        h = cal.host
+        self._cpu_fit = _Linear(cal.cpu)
+        self._host: dict[str, _Linear] = {}
+        if h is not None:
+            self._host = {"sched": _Linear(h.sched), "complete": _Linear(h.complete), "loop": _Linear(h.loop),
+                          "tail": _Linear(h.tail), "pre": _Linear(h.pre),
+                          **{f"launch/{r}": _Linear(h.launch.get(r, h.launch["prefill"]))
+                             for r in ("decode", "prefill", "mixed")}}
+        self._graph_launch = self._host["launch/decode"] if h is not None and h.sync_graph else None
 
     def _gpu(self, x: Any, mx: Max) -> Any:
-        decode = _linear(self._decode, x)
+        dev = self._device
+        decode = dev["decode"](x, mx)
         if self._offsets:
             decode = decode + self._offset(x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)
-            decode = decode + _linear(self._graph_launch, x) * graph
-        return mx(_by_regime(x, mx, decode, _linear(self._prefill, x), _linear(self._mixed, x)), self._min)
+            decode = decode + self._graph_launch(x, mx) * graph
+        return mx(_by_regime(x, mx, decode, dev["prefill"](x, mx), dev["mixed"](x, mx)), self._min)
 
-    def _device(self, f: BatchFeatures, regime: str) -> float:
+    def _device_only(self, f: BatchFeatures, regime: str) -> float:
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
-        fit = {"decode": self._decode, "prefill": self._prefill, "mixed": self._mixed}[regime]
-        t = float(_linear(fit, FeatureScalars(f)))
+        t = float(self._device[regime](FeatureScalars(f), max))
         if regime == "decode" and self._offsets:
             t = t + self._offset(float(f.padded_decodes))
         return max(t, self._min)
@@ -89,26 +109,27 @@ class CalibratedCostModel(CostModel):
         return self._offsets.get(int(padded), 0.0)
 
     def _cpu(self, x: Any, mx: Max) -> Any:
-        h = self.calibration.host
+        h, hp = self.calibration.host, self._host
         if h is None:
-            return mx(_linear(self.calibration.cpu, x), 0.0)
+            return mx(self._cpu_fit(x, mx), 0.0)
         # the host's own work per step (the recorded cpu_s also holds its waits for the device)
-        prefill = h.launch["prefill"]
-        launch = _by_regime(x, mx, _linear(h.launch["decode"], x), _linear(prefill, x),
-                            _linear(h.launch.get("mixed", prefill), x))
-        return mx(_linear(h.sched, x) + launch + _linear(h.complete, x) + _linear(h.loop, x), 0.0)
+        decode = hp["launch/decode"](x, mx)
+        if h.sync_graph:  # a graph launch's work before its wait (eager decodes have none)
+            decode = decode + hp["pre"](x, mx) * (0.0 - mx(0.0 - x.padded_decodes, -1.0))
+        launch = _by_regime(x, mx, decode, hp["launch/prefill"](x, mx), hp["launch/mixed"](x, mx))
+        return mx(hp["sched"](x, mx) + launch + hp["complete"](x, mx) + hp["loop"](x, mx), 0.0)
 
     def host_parts(self, f: BatchFeatures) -> HostParts:
-        h = self.calibration.host
+        h, hp = self.calibration.host, self._host
         if h is None:
             return super().host_parts(f)
         x = FeatureScalars(f)
         regime = "decode" if not f.num_prefills else "prefill" if not f.num_decodes else "mixed"
-        launch = h.launch.get(regime, h.launch["prefill"])
-        parts = (max(float(_linear(fit, x)), 0.0) for fit in (h.sched, launch, h.complete, h.loop, h.tail))
+        parts = (max(float(hp[k](x, max)), 0.0) for k in ("sched", f"launch/{regime}", "complete", "loop", "tail"))
         graph = regime == "decode" and f.padded_decodes > 0
-        return HostParts(*parts, graph=graph, sync=h.sync_graph if graph else h.sync_eager,
-                         device=self._device(f, regime))
+        sync = h.sync_graph if graph else h.sync_eager
+        pre = max(float(hp["pre"](x, max)), 0.0) if graph and h.sync_graph else 0.0
+        return HostParts(*parts, graph=graph, sync=sync, device=self._device_only(f, regime), pre=pre)
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

@@ -21,12 +21,16 @@ Format (``version`` 1), one JSON object::
         "sched": {...}, "complete": {...}, "loop": {...},   # LinearFits like the regimes'
         "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}},
         "tail": {...},                                      # eager steps' device tail
-        "sync_graph": false, "sync_eager": false            # launch waits for the device?
+        "sync_graph": false, "sync_eager": false,           # launch waits for the device?
+        "pre": {...},                                       # graph launch work before its wait
+        "slow_share": 0.2, "slow_factor": 1.6               # slow-host episodes left out
       },
       "decode_offsets": {"1": 8e-5, "2": 2e-4, ...}         # optional: seconds added to the decode
     }                                                       # fit per CUDA-graph batch size
 
-A term is ``"1"``, a feature name, or a product of feature names ``"a*b"``; a regime's prediction is
+A term is ``"1"``, a feature name, a hinge ``"feature>k"`` (``max(feature - k, 0)``: a slope that
+starts at ``k``, e.g. where the GEMMs stop being bound by weight reads), or a product of those
+(``"a*b"``); a regime's prediction is
 ``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
 ``prefill`` = no decode, ``mixed`` = both. ``mape`` is the held-out mean absolute percentage error
 (as a fraction; null when not measured), ``n`` the rows fitted, ``n_test`` the held-out rows. ``residuals`` gives quantiles
@@ -49,13 +53,28 @@ FORMAT_VERSION = 1
 REGIMES = ("decode", "prefill", "mixed")
 
 
+def term_factors(term: str) -> list[tuple[str, float | None]]:
+    """The factors of a term other than ``"1"``: ``(feature, None)`` for a feature and
+    ``(feature, k)`` for a hinge ``"feature>k"``, which reads ``max(feature - k, 0)``."""
+    out: list[tuple[str, float | None]] = []
+    for part in term.split("*"):
+        name, sep, knot = part.partition(">")
+        out.append((name, float(knot) if sep else None))
+    return out
+
+
 def check_terms(terms: Sequence[str]) -> None:
-    """Raise ValueError for a term that is not "1", a feature, or a product of features."""
+    """Raise ValueError for a term that is not "1" or a product of features and hinges
+    (``"a*b"``, ``"new_tokens>1024"``)."""
     known = set(BatchFeatures.names())
     for t in terms:
         if t == "1":
             continue
-        bad = [p for p in t.split("*") if p not in known]
+        try:
+            factors = term_factors(t)
+        except ValueError:
+            raise ValueError(f"calibration term '{t}': a hinge reads 'feature>number'") from None
+        bad = [name for name, _ in factors if name not in known]
         if bad:
             raise ValueError(f"calibration term '{t}': unknown feature(s) {bad}; known: {sorted(known)}")
 
@@ -106,7 +125,10 @@ class HostFit:
     ``base.HostParts``): ``sched``, ``launch`` (per regime, like the device models),
     ``complete``, ``loop``, the eager steps' device ``tail`` past their launch, and whether the
     engine's launch of graph / eager steps waited for the previous step's device end
-    (``sync_graph`` / ``sync_eager``)."""
+    (``sync_graph`` / ``sync_eager``). ``pre``: the host work of a waiting graph launch before
+    its wait (its ``launch`` is then the part after). ``slow_share`` / ``slow_factor``: the share
+    of profiled steps in slow-host episodes, left out of the fits, and their mean slowdown
+    (`host_episodes`)."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
@@ -115,6 +137,9 @@ class HostFit:
     tail: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     sync_graph: bool = False
     sync_eager: bool = False
+    pre: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    slow_share: float = 0.0
+    slow_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
@@ -122,10 +147,12 @@ class HostFit:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
+        zero = {"terms": ["1"], "coef": [0.0]}
         return cls(sched=LinearFit(**d["sched"]), launch={k: LinearFit(**v) for k, v in d["launch"].items()},
                    complete=LinearFit(**d["complete"]), loop=LinearFit(**d["loop"]),
-                   tail=LinearFit(**d["tail"]) if "tail" in d else LinearFit(["1"], [0.0]),
-                   sync_graph=bool(d.get("sync_graph", False)), sync_eager=bool(d.get("sync_eager", False)))
+                   tail=LinearFit(**d.get("tail", zero)), pre=LinearFit(**d.get("pre", zero)),
+                   sync_graph=bool(d.get("sync_graph", False)), sync_eager=bool(d.get("sync_eager", False)),
+                   slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)))
 
 
 @dataclass(slots=True)
@@ -168,9 +195,9 @@ class Calibration:
         if missing or unknown:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
         host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
-                                             self.host.tail, *self.host.launch.values()]
-        used = sorted({p for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
-                       for p in t.split("*") if t != "1"})
+                                             self.host.tail, self.host.pre, *self.host.launch.values()]
+        used = sorted({name for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
+                       if t != "1" for name, _ in term_factors(t)})
         self.features = sorted(set(self.features) | set(used))
 
     # ---- JSON ------------------------------------------------------------------------------

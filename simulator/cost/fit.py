@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import (
-    Calibration, CpuFit, HostFit, LinearFit, Provenance, Residuals, check_terms,
+    Calibration, CpuFit, LinearFit, Provenance, Residuals, check_terms,
 )
-from twinserve.simulator.cost.nnls import nnls
-from twinserve.simulator.cost.timeline import (
-    coupled_span, detect_sync, has_timeline, launch_work, runs_of, timeline_frame,
+from twinserve.simulator.cost.host_fit import HOST_TERMS, TIMELINE_COLUMNS, fit_host, loop_overhead  # noqa: F401
+from twinserve.simulator.cost.linear import (  # noqa: F401  (regime_of, term_matrix: re-exported)
+    FOLDS, REGIME_NAMES, fit_linear, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
 )
+from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
@@ -21,63 +23,12 @@ DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "mixed": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
-HOST_TERMS: Mapping[str, Sequence[str]] = {
-    "sched": ("1", "num_seqs", "new_tokens"),
-    "launch": ("1", "num_seqs", "new_tokens"),
-    "complete": ("1", "num_seqs"),
-    "loop": ("1", "num_seqs"),
-}
-# The engine's per-step timeline columns (`Engine` docstring) that `fit_host` needs.
-TIMELINE_COLUMNS: tuple[str, ...] = ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at",
-                                     "complete_s")
+# Knots tried for a hinge on the step's tokens in the eager regimes' default terms: below the
+# knot the GEMMs are bound by weight reads, above it by compute (`_choose_hinge`).
+HINGE_FEATURE = "new_tokens"
+HINGE_KNOTS: tuple[int, ...] = (256, 512, 1024, 2048)
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
-
-
-REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
-
-
-def regime_of(df: pd.DataFrame) -> pd.Series:
-    """"decode" (no prefill chunk), "prefill" (no decode) or "mixed", per step row."""
-    has_p = df["num_prefills"].to_numpy() > 0
-    has_d = df["num_decodes"].to_numpy() > 0
-    out = np.where(has_p & has_d, "mixed", np.where(has_p, "prefill", "decode"))
-    return pd.Series(out, index=df.index)
-
-
-def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
-    cols = []
-    for t in terms:
-        if t == "1":
-            cols.append(np.ones(len(df)))
-            continue
-        v = np.ones(len(df))
-        for name in t.split("*"):
-            v = v * df[name].to_numpy(dtype=np.float64)
-        cols.append(v)
-    return np.column_stack(cols) if cols else np.zeros((len(df), 0))
-
-
-def _fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], test: np.ndarray,
-                relative: bool, trim: float = 0.0) -> tuple[np.ndarray, float, int, int]:
-    """NNLS on the training rows (weights 1/y when ``relative``); MAPE on the held-out rows.
-    ``trim`` > 0 refits without the training rows of the largest ``trim`` share of relative
-    residuals (host times have rare long stalls that should not set the typical time)."""
-    X = term_matrix(df, terms)
-    if test.any() and (~test).sum() >= len(terms):
-        train, held = ~test, test
-    else:  # too few rows to hold any out: the error is in-sample
-        train = held = np.ones(len(df), dtype=bool)
-        test = np.zeros(len(df), dtype=bool)
-    w = 1.0 / np.maximum(np.abs(y), 1e-12) if relative else np.ones_like(y)
-    coef = nnls(X[train] * w[train, None], y[train] * w[train])
-    if trim > 0 and train.sum() >= 2 * len(terms) + 10:
-        r = np.abs(X @ coef - y) / np.maximum(np.abs(y), 1e-12)
-        train = train & (r <= np.quantile(r[train], 1.0 - trim))
-        coef = nnls(X[train] * w[train, None], y[train] * w[train])
-    pred = X[held] @ coef
-    mape = float(np.mean(np.abs(pred - y[held]) / np.maximum(np.abs(y[held]), 1e-12)))
-    return coef, mape, int(train.sum()), int(test.sum())
 
 
 def fit_calibration(
@@ -86,40 +37,54 @@ def fit_calibration(
     terms: Mapping[str, Sequence[str]] | None = None,
     cpu_terms: Sequence[str] = DEFAULT_CPU_TERMS,
     overlap: bool = True,
-    holdout: float = 0.2,
     seed: int = 0,
     min_rows: int = 10,
     bucket_offsets: bool = True,
+    episodes: bool = True,
 ) -> Calibration:
-    """Fit one linear model per regime to ``steps["duration"]`` (device seconds).
+    """Fit one linear model per regime to the device time of ``steps`` (one row per step with
+    the ``BatchFeatures`` columns, as ``StepRecord.as_row`` writes them, and ``duration``).
 
-    ``steps`` has one row per step with the ``BatchFeatures`` columns (as written by
-    ``StepRecord.as_row``) and ``duration``; a ``cpu_s`` column, when present and non-zero, fits the
-    host-time model. Coefficients are non-negative least squares on relative error (rows weighted
-    by 1/duration), fitted on a random ``1 - holdout`` share of each regime's rows; ``mape`` is
-    measured on the rest. A regime with fewer than ``min_rows`` rows is skipped; "decode" and
-    "prefill" must both be present. Residual quantiles are of measured / predicted over all rows.
-    ``bucket_offsets``: the decode fit also gets one additive offset per CUDA-graph batch size
-    (`_fit_with_bucket_offsets`, stored as ``decode_offsets``).
+    Coefficients are non-negative least squares on relative error (rows weighted by
+    1/duration) over all of a regime's usable rows; ``mape`` is the 5-fold cross-validated
+    error (`linear` module), of the device span when the rows carry the engine's timeline
+    (`span_error`). A regime with fewer than ``min_rows`` rows is skipped; "decode" and
+    "prefill" must both be present. Residual quantiles are of measured / predicted. A non-zero
+    ``cpu_s`` column fits the plain host-time model. ``bucket_offsets``: the decode fit also
+    gets one additive offset per CUDA-graph batch size (`_fit_with_bucket_offsets`, stored as
+    ``decode_offsets``). With the engine's timeline (and ``overlap``), device work is read off
+    it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
+    steps it finds in slow-host episodes are left out of the device fits and errors (their
+    spans may be paced by the slow host). Without explicit ``terms``, the prefill and mixed
+    fits may get a hinge on ``new_tokens``, chosen inside each fold (`_choose_hinge`).
     """
+    hinges = terms is None
     terms = dict(DEFAULT_TERMS if terms is None else terms)
     for t in [*terms.values(), cpu_terms]:
         check_terms(t)
     rng = np.random.default_rng(seed)
     regime = regime_of(steps).to_numpy()
     tl = timeline_frame(steps) if overlap and has_timeline(steps) else None
+    host = None
+    normal = np.ones(len(steps), dtype=bool)  # rows outside slow-host episodes (eager ones)
     if tl is not None:  # device work per step, read from the engine's timeline
         y_all = tl["device_s"].to_numpy(np.float64)
-        usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0)
         sync = (detect_sync(steps, tl, graph=True), detect_sync(steps, tl, graph=False))
-        eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool)
+        hres = fit_host(steps, rng, tl=tl, sync=sync, episodes=episodes)
+        # eager spans in a slow-host episode may be paced by the host: left out; a graph step's
+        # device work (after its launch) loses only the host's last few launch calls: kept
+        host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool))
+        usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal
+        eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool) & normal
         tails = tl["tail_s"].to_numpy(np.float64)[eager_idle]
         tails = tails[np.isfinite(tails)]
         tail = float(max(np.median(tails), 0.0)) if tails.size else 0.0
+        if host is not None:
+            (host.sync_graph, host.sync_eager), host.tail = sync, LinearFit(["1"], [tail])
     else:
         y_all = steps["duration"].to_numpy(dtype=np.float64)
         usable = np.ones(len(steps), dtype=bool)
-        sync, tail = (False, False), 0.0
+        tail = 0.0
     fits: dict[str, LinearFit] = {}
     offsets: dict[int, float] = {}
     ratios: list[np.ndarray] = []
@@ -127,153 +92,137 @@ def fit_calibration(
         sel = regime == name
         if sel.sum() < min_rows:
             continue
-        test = rng.random(len(steps)) < holdout
         rows = sel & usable
         y = y_all
         if rows.sum() < min_rows:  # e.g. every step host-bound: the span is the best bound
-            rows, y = sel, steps["duration"].to_numpy(np.float64)
-        off = np.zeros(len(steps))
-        if name == "decode" and bucket_offsets and "padded_decodes" in steps:
-            coef, offsets, off = _fit_with_bucket_offsets(steps, y, rows, test, rterms)
-            held = rows & test
-            mape = float(np.mean(np.abs(term_matrix(steps.loc[held], rterms) @ coef + off[held] - y[held])
-                                 / np.maximum(y[held], 1e-12))) if held.any() else None
-            n_train, n_test = int((rows & ~test).sum()), int(held.sum())
-        else:
-            coef, mape, n_train, n_test = _fit_linear(steps.loc[rows], y[rows], rterms, test[rows], relative=True)
+            rows, y = sel & normal, steps["duration"].to_numpy(np.float64)
+        model = _RegimeModel(steps, y, rterms, rng, offsets=name == "decode" and bucket_offsets
+                             and "padded_decodes" in steps, hinge=hinges and name != "decode")
+        final = model.fit(rows)
+        pred = model.predict(final)
+        # out of fold for the fitted rows; the rest of the regime's rows were never fitted
+        held = pred
+        if rows.sum() >= FOLDS * (len(final.terms) + 1):
+            oof = out_of_fold(lambda tr: model.predict(model.fit(tr)), fold_ids(len(steps), rng, rows=rows))
+            held = np.where(rows, oof, pred)
         if tl is not None:
-            mape, n_test = span_error(steps, tl, sel & test, rterms, coef, tail, off)
-        fits[name] = LinearFit(list(rterms), [float(c) for c in coef], mape, n_train, n_test)
-        pred = term_matrix(steps.loc[rows], rterms) @ coef + off[rows]
-        ratios.append(y[rows] / np.maximum(pred, 1e-12))
+            mape, n_test = span_error(steps, tl, sel & normal, held, tail)
+        else:
+            mape, n_test = float(np.mean(np.abs(held[rows] - y[rows]) / np.maximum(y[rows], 1e-12))), int(rows.sum())
+        fits[name] = LinearFit(list(final.terms), [float(c) for c in final.coef], mape, int(rows.sum()), n_test)
+        if final.offsets:
+            offsets = final.offsets
+        ratios.append(y[rows] / np.maximum(pred[rows], 1e-12))
     missing = [r for r in ("decode", "prefill") if r not in fits]
     if missing:
         raise ValueError(f"too few step records (< {min_rows}) for regime(s) {missing}")
     if "cpu_s" in steps and float(steps["cpu_s"].abs().sum()) > 0:
         c = steps["cpu_s"].to_numpy(dtype=np.float64)
-        test = rng.random(len(steps)) < holdout
-        ccoef, cmape, cn, cnt = _fit_linear(steps, c, cpu_terms, test, relative=False)
+        ccoef, cmape, cn, cnt = fit_linear(steps, c, cpu_terms, rng, relative=False)
         cpu = CpuFit(list(cpu_terms), [float(v) for v in ccoef], cmape, cn, cnt, overlap=overlap)
     else:
         cpu = CpuFit(["1"], [0.0], None, 0, 0, overlap=overlap)
     r = np.concatenate(ratios)
     levels = list(RESIDUAL_LEVELS)
     residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
-    host = None
-    if tl is not None:
-        host = fit_host(steps, rng, holdout, launch=launch_work(steps, tl, *sync))
-        if host is not None:
-            (host.sync_graph, host.sync_eager), host.tail = sync, LinearFit(["1"], [tail])
     return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host,
                        decode_offsets={str(k): v for k, v in offsets.items()})
 
 
-def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, test: np.ndarray,
-                             terms: Sequence[str], min_rows: int = 20, rounds: int = 8
-                             ) -> tuple[np.ndarray, dict[int, float], np.ndarray]:
-    """The decode fit plus one additive offset per CUDA-graph batch size (``padded_decodes``)
-    with ``min_rows`` training rows: the median residual of that size (the offsets anchored at
-    their own median), refitted ``rounds`` times (each graph size runs its own kernels, so small
-    sizes do not sit on one line).
-    Returns (coef, {size: seconds}, the offset of every row)."""
+@dataclass(slots=True)
+class _Params:
+    """One fitted regime model: its terms (maybe with a hinge), coefficients, graph-size offsets."""
+
+    terms: list[str]
+    coef: np.ndarray
+    offsets: dict[int, float]
+
+
+class _RegimeModel:
+    """Fits one regime's device model on a row mask of ``steps`` and predicts every row; the
+    same procedure serves each cross-validation fold and the final fit (hinge choice and
+    graph-size offsets included), so the error measures the whole procedure."""
+
+    def __init__(self, steps: pd.DataFrame, y: np.ndarray, terms: Sequence[str],
+                 rng: np.random.Generator, offsets: bool, hinge: bool) -> None:
+        self.steps, self.y, self.terms, self.rng = steps, y, list(terms), rng
+        self.offsets, self.hinge = offsets, hinge
+        self._X: dict[tuple[str, ...], np.ndarray] = {}
+
+    def matrix(self, terms: Sequence[str]) -> np.ndarray:
+        key = tuple(terms)
+        if key not in self._X:
+            self._X[key] = term_matrix(self.steps, terms)
+        return self._X[key]
+
+    def fit(self, rows: np.ndarray) -> _Params:
+        if self.offsets:
+            coef, offsets = _fit_with_bucket_offsets(self.steps, self.y, rows, self.matrix(self.terms))
+            return _Params(self.terms, coef, offsets)
+        terms = _choose_hinge(self, rows) if self.hinge else self.terms
+        return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
+
+    def predict(self, p: _Params) -> np.ndarray:
+        g = self.matrix(p.terms) @ p.coef
+        if p.offsets:
+            pad = self.steps["padded_decodes"].to_numpy(np.int64)
+            g = g + np.array([p.offsets.get(int(b), 0.0) for b in pad])
+        return g
+
+
+def _choose_hinge(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> list[str]:
+    """The model's terms plus the hinge ``new_tokens>k`` whose knot (from ``HINGE_KNOTS``, or
+    none) gives the lowest k-fold cross-validated MAPE on ``rows`` alone (so that an outer fold's
+    held-out rows play no part in its choice). Fewer than ``min_rows`` rows: the terms as given."""
+    if rows.sum() < min_rows:
+        return list(model.terms)
+    fold = fold_ids(len(rows), model.rng, rows=rows)
+    y = model.y
+    best, best_err = list(model.terms), np.inf
+    for knot in (None, *HINGE_KNOTS):
+        cand = list(model.terms) + ([] if knot is None else [f"{HINGE_FEATURE}>{knot}"])
+        X = model.matrix(cand)
+        oof = out_of_fold(lambda tr: X @ nnls_rows(X, y, tr, relative=True), fold)
+        err = mape(oof[rows], y[rows])
+        if err < best_err - 1e-12:
+            best, best_err = cand, err
+    return best
+
+
+def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, X: np.ndarray,
+                             min_rows: int = 20, rounds: int = 8) -> tuple[np.ndarray, dict[int, float]]:
+    """The decode fit on ``rows`` plus one additive offset per CUDA-graph batch size
+    (``padded_decodes``) with ``min_rows`` of those rows: the median residual of that size (the
+    offsets anchored at their own median), refitted ``rounds`` times (each graph size runs its
+    own kernels, so small sizes do not sit on one line). Returns (coef, {size: seconds})."""
     pad = steps["padded_decodes"].to_numpy(np.int64)
-    X = term_matrix(steps, terms)
-    train = rows & ~test
     off = np.zeros(len(steps))
     offsets: dict[int, float] = {}
-    coef = np.zeros(len(terms))
+    coef = np.zeros(X.shape[1])
     for _ in range(rounds):
-        coef, _, _, _ = _fit_linear(steps.loc[rows], (y - off)[rows], terms, test[rows], relative=True)
+        coef = nnls_rows(X, y - off, rows, relative=True)
         resid = y - X @ coef
-        offsets = {int(b): float(np.median(resid[train & (pad == b)])) for b in np.unique(pad[train])
-                   if (train & (pad == b)).sum() >= min_rows}
+        offsets = {int(b): float(np.median(resid[rows & (pad == b)])) for b in np.unique(pad[rows])
+                   if (rows & (pad == b)).sum() >= min_rows}
         if offsets:  # anchored at their median, so that the line keeps the common part
             mid = float(np.median(list(offsets.values())))
             offsets = {b: v - mid for b, v in offsets.items()}
         off = np.array([offsets.get(int(b), 0.0) for b in pad])
-    return coef, offsets, off
+    return coef, offsets
 
 
-def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, terms: Sequence[str],
-               coef: np.ndarray, tail: float, offset: np.ndarray | None = None) -> tuple[float | None, int]:
-    """Held-out error of the step's device span (``duration``, what the engine's events
-    measure) predicted from the device fit and the step's measured start and launch end
-    (`timeline.coupled_span`)."""
+def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, device: np.ndarray,
+               tail: float) -> tuple[float | None, int]:
+    """Error of the step's device span (``duration``, what the engine's events measure)
+    predicted from per-row device work ``device`` (out of fold, for a held-out error) and the
+    step's measured start and launch end (`timeline.coupled_span`), over ``rows``."""
     rows = rows & np.isfinite(steps["dev_start"].to_numpy(np.float64)) & \
         np.isfinite(steps["launch_end"].to_numpy(np.float64))
     if not rows.any():
         return None, 0
     df = steps.loc[rows]
-    g = term_matrix(df, terms) @ coef
-    if offset is not None:
-        g = g + offset[rows]
-    pred = coupled_span(g, df, tl.loc[rows, "graph"].to_numpy(bool), tail)
-    y = df["duration"].to_numpy(np.float64)
-    return float(np.mean(np.abs(pred - y) / np.maximum(y, 1e-12))), int(rows.sum())
-
-
-def loop_overhead(steps: pd.DataFrame) -> pd.Series:
-    """Per step, the host time of its loop iteration outside the engine's own work: from the
-    iteration's last engine event (its launch, or a step's tokens + ``complete``) to the next
-    iteration's start. Rows are in execution order; a run ends where ``iter_start`` goes back
-    (a clock reset). Idle waits and iterations that launched nothing show up as long gaps
-    (the caller filters them)."""
-    out = pd.Series(np.nan, index=steps.index)
-    for _, g in steps.groupby(runs_of(steps), sort=False):
-        g = g.sort_values("iter_start", kind="stable")
-        it = g["iter_start"].to_numpy(np.float64)
-        te = (g["tokens_at"] + g["complete_s"]).to_numpy(np.float64)
-        le = g["launch_end"].to_numpy(np.float64)
-        nxt = np.append(it[1:], np.nan)
-        end = le.copy()
-        own = te <= nxt
-        end = np.where(own, np.maximum(end, te), end)
-        prev_te = np.insert(te[:-1], 0, -np.inf)
-        end = np.where((prev_te <= nxt) & (prev_te > it), np.maximum(end, prev_te), end)
-        o = nxt - end
-        out.loc[g.index] = o
-    return out
-
-
-def fit_host(steps: pd.DataFrame, rng: np.random.Generator, holdout: float = 0.2,
-             terms: Mapping[str, Sequence[str]] = HOST_TERMS,
-             launch: pd.Series | None = None) -> HostFit | None:
-    """Fit the overlap loop's host parts (`HostFit`) from the engine's timeline columns, or
-    None when ``steps`` lacks them. Least squares on relative error with the 5 % worst rows
-    dropped (rare host stalls would otherwise set the typical time); ``launch`` per regime, on
-    ``launch`` when given (the host's own launch work, `timeline.launch_work`), else ``launch_s``.
-    Loop overheads count only iterations followed at once by another (below 3x their median)."""
-    if not all(c in steps for c in TIMELINE_COLUMNS):
-        return None
-    st = steps.dropna(subset=list(TIMELINE_COLUMNS))
-    ly = (launch if launch is not None else steps["launch_s"]).reindex(st.index).to_numpy(np.float64)
-    if len(st) < 10:
-        return None
-    regime = regime_of(st).to_numpy()
-
-    def one(df: pd.DataFrame, y: np.ndarray, t: Sequence[str]) -> LinearFit:
-        test = rng.random(len(df)) < holdout
-        coef, mape, n, nt = _fit_linear(df, y, t, test, relative=True, trim=0.05)
-        return LinearFit(list(t), [float(c) for c in coef], mape, n, nt)
-
-    launch = {}
-    for name in REGIME_NAMES:
-        sel = regime == name
-        if sel.sum() >= 5:
-            ok = sel & np.isfinite(ly)
-            launch[name] = one(st.loc[ok], ly[ok], terms["launch"])
-    if "decode" not in launch or "prefill" not in launch:
-        launch.setdefault("prefill", launch.get("mixed") or launch.get("decode"))
-        launch.setdefault("decode", launch.get("mixed") or launch["prefill"])
-        if launch["decode"] is None:
-            return None
-    o = loop_overhead(steps).reindex(st.index).to_numpy(np.float64)
-    ok = np.isfinite(o) & (o >= 0)
-    if ok.sum() >= 5:
-        ok &= o <= 3.0 * np.median(o[ok]) + 1e-5
-    loop = one(st.loc[ok], o[ok], terms["loop"]) if ok.sum() >= 5 else LinearFit(["1"], [0.0])
-    return HostFit(sched=one(st, st["sched_s"].to_numpy(np.float64), terms["sched"]), launch=launch,
-                   complete=one(st, st["complete_s"].to_numpy(np.float64), terms["complete"]), loop=loop)
+    pred = coupled_span(device[rows], df, tl.loc[rows, "graph"].to_numpy(bool), tail)
+    return mape(pred, df["duration"].to_numpy(np.float64)), int(rows.sum())
 
 
 def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from twinserve.core.config import SchedulerConfig
@@ -44,3 +46,48 @@ def poisson() -> Callable[..., Workload]:
         return WORKLOADS.create("poisson", num_requests=n, rate=rate, seed=seed, **kw).with_vocab(1024)
 
     return make
+
+
+def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
+                    slow: tuple[int, int] | None = None, slow_factor: float = 2.0,
+                    idle_every: int = 0) -> pd.DataFrame:
+    """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
+    50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
+    1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
+    step's device end after ``pre`` seconds of its own work (``launch_s`` then includes the
+    wait, as the engine records it). Steps ``slow[0] .. slow[1]-1`` run every host part
+    ``slow_factor`` times slower (a slow-host episode; device work unchanged). Every
+    ``idle_every``-th iteration first waits 3 ms for work (the device falls idle)."""
+    rng = np.random.default_rng(seed)
+    rows, t, dev_end, prev = [], 0.0, 0.0, None
+    for i in range(n):
+        f = slow_factor if slow is not None and slow[0] <= i < slow[1] else 1.0
+        if idle_every and i and i % idle_every == 0:
+            t += 3e-3
+        b = int(rng.integers(1, 64))
+        sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
+        g = 1e-3 + 2e-5 * b
+        mark = t + sched
+        d0 = max(dev_end, mark)
+        le = (max(mark + f * pre, dev_end) if sync else mark + f * pre) + launch
+        d1 = max(d0, le) + g
+        row = dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                   decode_ctx=100 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=100,
+                   duration=d1 - d0, cpu_s=sched + launch + comp, iter_start=t, sched_s=sched,
+                   launch_s=le - mark, launch_end=le, plan_wait_s=0.0, complete_s=comp,
+                   tokens_at=np.nan, dev_start=d0, dev_end=d1)
+        dev_end = d1
+        t_host = le
+        if prev is not None:
+            prev["tokens_at"] = max(t_host, prev["dev_end"])
+            t_host = prev["tokens_at"] + prev["complete_s"]
+        rows.append(row)
+        prev = row
+        t = t_host + loop
+    prev["tokens_at"] = prev["dev_end"]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def timeline_steps() -> Callable[..., pd.DataFrame]:
+    return _timeline_steps

@@ -41,6 +41,8 @@ CASES = [
     dict(replicas=3, router="least_loaded"),
     dict(replicas=2, router="prefix_affinity", noise=True, cost="noisy"),
     dict(memory="reserve", num_pages=400, cost="noisy", noise=True, seed=5),
+    dict(lag_arrivals=True),                                  # the overlapping engine's arrival lag
+    dict(lag_arrivals=True, replicas=2, router="least_loaded", cost="noisy", noise=True, num_pages=120),
 ]
 
 

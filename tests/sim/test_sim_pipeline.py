@@ -59,3 +59,42 @@ def test_pipelined_timeline_matches_the_hand_worked_one(run_sim) -> None:
     assert np.allclose(np.asarray(row["token_times"]) - t0, [0.011, 0.021, 0.031, 0.041, 0.051])
     st = r.steps.sort_values("start")
     assert np.allclose(st["start"].to_numpy()[:3] - t0, [0.001, 0.0045, 0.0135])
+
+
+class _GraphSync(_Fixed):
+    """Graph steps whose launch waits for the previous step's device end after 0.5 ms of its
+    own work: sched 1, pre 0.5, launch 2 (after the wait), complete 1, loop 0.5, device 10 ms."""
+
+    def host_parts(self, f: BatchFeatures) -> HostParts:
+        return HostParts(0.001, 0.002, 0.001, 0.0005, graph=True, sync=True, pre=0.0005)
+
+
+def test_pipelined_graph_launch_waits_after_its_own_work(run_sim) -> None:
+    """Iteration 1 (t=0): mark 1, launch ends at 1 + 0.5 + 2 = 3.5 (the device is idle), the graph
+    runs 3.5-13.5. Iteration 2 (t=4): mark 5, its pre ends at 5.5 but the wait lasts until 13.5,
+    launch ends 15.5, graph 15.5-25.5; tokens of step 1 at 15.5, next iteration at 17. From then on
+    every step ends 12 ms (post-wait launch + device) after the previous one."""
+    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
+                          output_len=5).with_vocab(1024)
+    r = run_sim(wl, cost=_GraphSync(), num_pages=64, page_size=16, pipeline=True, checked=True)
+    row = r.requests.iloc[0]
+    times = np.asarray(row["token_times"]) - row["arrival_s"]
+    assert np.allclose(times, [0.0155, 0.0275, 0.0395, 0.0515, 0.0615])
+
+
+def test_plain_loop_lag_schedules_an_arrival_one_boundary_later(run_sim) -> None:
+    """Constant 10 ms steps. Request 0 arrives at 0 (idle replica: its step starts at once),
+    request 1 at 5 ms, during step 0 (0-10). Without the lag it joins the step at 10 ms; with
+    it the boundary at 10 ms admits only arrivals before 0 (the step that just ended began at
+    0), so it joins at 20 ms, as the engine's overlap loop (batch 2 fixed at 0+) would."""
+    from twinserve.core.workload import RequestSpec, Workload
+    from twinserve.simulator.cost import COST_MODELS
+
+    wl = Workload([RequestSpec(0, 0.0, 32, 6), RequestSpec(1, 0.005, 32, 3)], vocab_size=1024)
+    cost = COST_MODELS.create("constant", step_s=0.01, cpu_s=0.0)
+    first = {}
+    for lag in (False, True):
+        r = run_sim(wl, cost=cost, num_pages=64, page_size=16, lag_arrivals=lag, checked=True)
+        req = r.requests.set_index("rid")
+        first[lag] = req["scheduled_s"].to_numpy()
+    assert np.allclose(first[False], [0.0, 0.01]) and np.allclose(first[True], [0.0, 0.02])

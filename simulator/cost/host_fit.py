@@ -1,0 +1,200 @@
+"""`fit_host`: the engine's overlap-loop host parts (`HostFit`) from its per-step timeline.
+
+Targets per step (the engine's timeline columns, `timeline` module): ``sched_s``, the launch
+work (`timeline.launch_work`), ``complete_s`` and the loop overhead (`loop_overhead`). Two
+things the plain per-part fits would get wrong are handled here:
+
+- **Slow-host episodes** (`host_episodes`): stretches where all host work runs slower are found
+  after a first fit and left out of the second; ``slow_share`` / ``slow_factor`` record them.
+- **Where a graph launch blocks.** A CUDA-graph launch does ``pre`` of host work (its inputs),
+  then waits for the previous step to end on the device, then does the rest (``launch``). With
+  the device still busy, only the part after the wait shows; with the device idle, both do.
+  Fitted as ``launch_end - mark = max(pre, backlog) + launch`` where ``backlog = prev_end -
+  mark``: ``launch`` on steps whose backlog exceeds a whole idle launch, ``pre`` on the steps
+  that found the device idle (`_graph_pre`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from twinserve.simulator.cost.calibration import HostFit, LinearFit
+from twinserve.simulator.cost.host_episodes import slow_episodes, step_ratio
+from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix
+from twinserve.simulator.cost.timeline import launch_work, runs_of
+
+HOST_TERMS: Mapping[str, Sequence[str]] = {
+    "sched": ("1", "num_seqs", "new_tokens"),
+    "launch": ("1", "num_seqs", "new_tokens"),
+    "complete": ("1", "num_seqs"),
+    "loop": ("1", "num_seqs"),
+    "pre": ("1", "num_seqs"),
+}
+# The engine's per-step timeline columns (`Engine` docstring) that `fit_host` needs.
+TIMELINE_COLUMNS: tuple[str, ...] = ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at",
+                                     "complete_s")
+HOST_TRIM = 0.05          # share of the worst rows (relative residual) left out of a host fit
+IDLE_BACKLOG_S = 1e-5     # a graph launch "found the device idle" below this backlog
+MIN_IDLE_ROWS = 20        # fewer idle graph launches than this: no pre part is fitted
+EPISODE_ROUNDS = 3        # detect episodes, refit without them, detect again ...
+
+
+def loop_overhead(steps: pd.DataFrame) -> pd.Series:
+    """Per step, the host time of its loop iteration outside the engine's own work: from the
+    iteration's last engine event (its launch, or a step's tokens + ``complete``) to the next
+    iteration's start. Rows are in execution order; a run ends where ``iter_start`` goes back
+    (a clock reset). Idle waits and iterations that launched nothing show up as long gaps
+    (the caller filters them)."""
+    out = pd.Series(np.nan, index=steps.index)
+    for _, g in steps.groupby(runs_of(steps), sort=False):
+        g = g.sort_values("iter_start", kind="stable")
+        it = g["iter_start"].to_numpy(np.float64)
+        te = (g["tokens_at"] + g["complete_s"]).to_numpy(np.float64)
+        le = g["launch_end"].to_numpy(np.float64)
+        nxt = np.append(it[1:], np.nan)
+        end = le.copy()
+        own = te <= nxt
+        end = np.where(own, np.maximum(end, te), end)
+        prev_te = np.insert(te[:-1], 0, -np.inf)
+        end = np.where((prev_te <= nxt) & (prev_te > it), np.maximum(end, prev_te), end)
+        o = nxt - end
+        out.loc[g.index] = o
+    return out
+
+
+def _predict(fit: LinearFit, df: pd.DataFrame) -> np.ndarray:
+    return term_matrix(df, fit.terms) @ np.asarray(fit.coef, dtype=np.float64)
+
+
+def _log_ratio(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        r = np.log(y / pred)
+    return np.where(np.isfinite(r), r, np.nan)
+
+
+class _Targets:
+    """The per-row host targets of the steps ``st`` (rows with the timeline), in their order.
+
+    ``launch``: the launch work (NaN where unknown); on graph steps with a fitted ``pre``, only
+    the steps whose backlog exceeded a whole idle launch keep it (there it is the part after
+    the wait), and ``idle`` marks the graph steps that found the device idle, whose
+    ``whole`` (``launch_end - mark``) is pre + launch."""
+
+    def __init__(self, steps: pd.DataFrame, st: pd.DataFrame, tl: pd.DataFrame | None,
+                 sync: tuple[bool, bool]) -> None:
+        self.regime = regime_of(st).to_numpy()
+        if tl is None:
+            self.launch = st["launch_s"].to_numpy(np.float64)
+        else:
+            self.launch = launch_work(steps, tl, *sync).reindex(st.index).to_numpy(np.float64)
+        self.sched = st["sched_s"].to_numpy(np.float64)
+        self.complete = st["complete_s"].to_numpy(np.float64)
+        o = loop_overhead(steps).reindex(st.index).to_numpy(np.float64)
+        ok = np.isfinite(o) & (o >= 0)
+        if ok.sum() >= 5:
+            ok &= o <= 3.0 * np.median(o[ok]) + 1e-5
+        self.loop, self.loop_ok = o, ok
+        self.idle = np.zeros(len(st), dtype=bool)
+        self.whole = np.full(len(st), np.nan)
+        if tl is None or not sync[0]:
+            return
+        t = tl.reindex(st.index)
+        graph = t["graph"].to_numpy(bool)
+        backlog = np.maximum(0.0, (t["prev_end"] - t["mark"]).to_numpy(np.float64))
+        whole = (st["launch_end"] - t["mark"]).to_numpy(np.float64)
+        idle = graph & np.isfinite(whole) & (backlog <= IDLE_BACKLOG_S) & t["prev_end"].notna().to_numpy()
+        if idle.sum() < MIN_IDLE_ROWS:
+            return
+        thr = float(np.median(whole[idle]))
+        self.launch = np.where(graph & ~(backlog > thr), np.nan, self.launch)
+        self.idle, self.whole = idle, whole
+
+
+@dataclass(slots=True)
+class HostFitResult:
+    """`fit_host`'s answer: the fit (None without the timeline) and, per row of the steps it
+    was given, whether the row lies in a slow-host episode (which the device fits leave out
+    too: a slow host also distorts the device spans read off the timeline)."""
+
+    fit: HostFit | None
+    slow: pd.Series
+
+
+def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
+             terms: Mapping[str, Sequence[str]] = HOST_TERMS, tl: pd.DataFrame | None = None,
+             sync: tuple[bool, bool] = (False, False), episodes: bool = True) -> HostFitResult:
+    """Fit the overlap loop's host parts (`HostFit`) from the engine's timeline columns, or
+    None when ``steps`` lacks them (errors: k-fold, `linear.fit_linear`). ``tl``: the `timeline.timeline_frame` of ``steps`` (launch
+    work with the waits taken out, and the graph launch's ``pre`` part when graph launches
+    block, ``sync[0]``); without it the launch fits read ``launch_s``. Each part is NNLS on
+    relative error with the worst ``HOST_TRIM`` of rows left out (single stalls should not set
+    the typical time); ``launch`` per regime. Loop overheads count only iterations followed at
+    once by another (below 3x their median). ``episodes``: refit without the slow-host episodes
+    that the previous fit reveals, until they stop changing (``EPISODE_ROUNDS`` at most; module
+    docstring); ``slow_factor`` is measured against the final fit."""
+    none = pd.Series(False, index=steps.index)
+    if not all(c in steps for c in TIMELINE_COLUMNS):
+        return HostFitResult(None, none)
+    st = steps.dropna(subset=list(TIMELINE_COLUMNS))
+    if len(st) < 10:
+        return HostFitResult(None, none)
+    y = _Targets(steps, st, tl, sync)
+    slow = np.zeros(len(st), dtype=bool)
+    fit = _fit_parts(st, y, ~slow, rng, terms)
+    if fit is None or not episodes:
+        return HostFitResult(fit, none)
+    for _ in range(EPISODE_ROUNDS):  # detect against the fit of the rows outside, refit
+        found, factor = slow_episodes(st, step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
+                                                      _log_ratio(y.complete, _predict(fit.complete, st)),
+                                                      _log_ratio(y.launch, _launch_pred(fit, st, y.regime))]))
+        if found.all() or np.array_equal(found, slow):
+            break
+        slow = found
+        fit = _fit_parts(st, y, ~slow, rng, terms) or fit
+    if not slow.any():
+        return HostFitResult(fit, none)
+    fit.slow_share = float(slow.mean())
+    fit.slow_factor = float(np.mean(factor[slow]))
+    return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
+
+
+def _launch_pred(fit: HostFit, st: pd.DataFrame, regime: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(st))
+    for name in REGIME_NAMES:
+        sel = regime == name
+        if sel.any():
+            out[sel] = _predict(fit.launch.get(name, fit.launch["prefill"]), st.loc[sel])
+    return out
+
+
+def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.Generator,
+               terms: Mapping[str, Sequence[str]]) -> HostFit | None:
+    """One fit of every host part on the rows ``keep``."""
+
+    def one(rows: np.ndarray, target: np.ndarray, t: Sequence[str]) -> LinearFit:
+        coef, mape, n, nt = fit_linear(st.loc[rows], target[rows], t, rng, relative=True, trim=HOST_TRIM)
+        return LinearFit(list(t), [float(c) for c in coef], mape, n, nt)
+
+    launch: dict[str, LinearFit | None] = {}
+    for name in REGIME_NAMES:
+        ok = keep & (y.regime == name) & np.isfinite(y.launch)
+        if ok.sum() >= 5:
+            launch[name] = one(ok, y.launch, terms["launch"])
+    if "decode" not in launch or "prefill" not in launch:
+        launch.setdefault("prefill", launch.get("mixed") or launch.get("decode"))
+        launch.setdefault("decode", launch.get("mixed") or launch["prefill"])
+        if launch["decode"] is None:
+            return None
+    pre = LinearFit(["1"], [0.0])
+    idle = keep & y.idle
+    if idle.sum() >= MIN_IDLE_ROWS:  # an idle graph launch is pre + the part after the wait
+        rest = y.whole - _predict(launch["decode"], st)
+        pre = one(idle, rest, terms["pre"])
+    loop_ok = keep & y.loop_ok
+    loop = one(loop_ok, y.loop, terms["loop"]) if loop_ok.sum() >= 5 else LinearFit(["1"], [0.0])
+    return HostFit(sched=one(keep, y.sched, terms["sched"]), launch=launch,  # type: ignore[arg-type]
+                   complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre)

@@ -1,0 +1,94 @@
+"""Linear step-time fits on step records: regimes, term matrices, NNLS, k-fold errors.
+
+Every fit here is fitted on all the rows it is given; its error is the k-fold cross-validated
+one (each row predicted by a model fitted without the row's fold), so that the coefficients use
+every profiled step and the error still measures steps the model did not see.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from twinserve.simulator.cost.calibration import term_factors
+from twinserve.simulator.cost.nnls import nnls
+
+REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
+FOLDS = 5
+
+
+def regime_of(df: pd.DataFrame) -> pd.Series:
+    """"decode" (no prefill chunk), "prefill" (no decode) or "mixed", per step row."""
+    has_p = df["num_prefills"].to_numpy() > 0
+    has_d = df["num_decodes"].to_numpy() > 0
+    out = np.where(has_p & has_d, "mixed", np.where(has_p, "prefill", "decode"))
+    return pd.Series(out, index=df.index)
+
+
+def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
+    """One column per term (`calibration.term_factors`: features, hinges, products)."""
+    cols = []
+    for t in terms:
+        if t == "1":
+            cols.append(np.ones(len(df)))
+            continue
+        v = np.ones(len(df))
+        for name, knot in term_factors(t):
+            f = df[name].to_numpy(dtype=np.float64)
+            v = v * (f if knot is None else np.maximum(f - knot, 0.0))
+        cols.append(v)
+    return np.column_stack(cols) if cols else np.zeros((len(df), 0))
+
+
+def nnls_rows(X: np.ndarray, y: np.ndarray, train: np.ndarray, relative: bool, trim: float = 0.0) -> np.ndarray:
+    """NNLS of ``y`` on ``X`` over the ``train`` rows (weights 1/y when ``relative``). ``trim`` >
+    0 refits without the train rows of the largest ``trim`` share of relative residuals (host
+    times have rare long stalls that should not set the typical time)."""
+    w = 1.0 / np.maximum(np.abs(y), 1e-12) if relative else np.ones_like(y)
+    coef = nnls(X[train] * w[train, None], y[train] * w[train])
+    if trim > 0 and train.sum() >= 2 * X.shape[1] + 10:
+        r = np.abs(X @ coef - y) / np.maximum(np.abs(y), 1e-12)
+        train = train & (r <= np.quantile(r[train], 1.0 - trim))
+        coef = nnls(X[train] * w[train, None], y[train] * w[train])
+    return coef
+
+
+def fold_ids(n: int, rng: np.random.Generator, folds: int = FOLDS, rows: np.ndarray | None = None) -> np.ndarray:
+    """A fold number in ``0 .. folds-1`` per row, balanced and shuffled; with ``rows`` (a mask
+    of length ``n``) only those rows get one, the others -1."""
+    if rows is None:
+        return rng.permutation(n) % folds
+    out = np.full(n, -1, dtype=np.int64)
+    out[rows] = rng.permutation(int(rows.sum())) % folds
+    return out
+
+
+def out_of_fold(fit_predict: Callable[[np.ndarray], np.ndarray], fold: np.ndarray) -> np.ndarray:
+    """Each row's prediction by the model ``fit_predict(train_mask)`` (which returns a prediction
+    for every row) fitted without the row's fold; rows of fold -1 are neither fitted on nor
+    predicted (NaN). The train mask is every row of another fold."""
+    oof = np.full(len(fold), np.nan)
+    for k in np.unique(fold[fold >= 0]):
+        held = fold == k
+        oof[held] = fit_predict(~held & (fold >= 0))[held]
+    return oof
+
+
+def mape(pred: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - y) / np.maximum(np.abs(y), 1e-12)))
+
+
+def fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], rng: np.random.Generator,
+               relative: bool, trim: float = 0.0, folds: int = FOLDS) -> tuple[np.ndarray, float, int, int]:
+    """(coef fitted on every row, k-fold MAPE, rows fitted, rows the MAPE is over). With fewer
+    than ``folds * (len(terms) + 1)`` rows the error is in-sample (and 0 rows are counted as held
+    out)."""
+    X = term_matrix(df, terms)
+    every = np.ones(len(df), dtype=bool)
+    coef = nnls_rows(X, y, every, relative, trim)
+    if len(df) < folds * (len(terms) + 1):
+        return coef, mape(X @ coef, y), len(df), 0
+    oof = out_of_fold(lambda tr: X @ nnls_rows(X, y, tr, relative, trim), fold_ids(len(df), rng, folds))
+    return coef, mape(oof, y), len(df), len(df)

@@ -1,0 +1,89 @@
+"""Calibration terms with hinges, the knot chosen by cross-validation, and k-fold errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from twinserve.core.batch import BatchFeatures
+from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance, fit_calibration
+from twinserve.simulator.cost.base import FeatureColumns
+from twinserve.simulator.cost.calibration import check_terms, term_factors
+from twinserve.simulator.cost.linear import term_matrix
+
+
+def _rows(n: int, seed: int, kink: float | None, noise: float = 0.0) -> pd.DataFrame:
+    """Prefill rows whose device time is 2 ms + 2 us/token, plus 18 us/token above ``kink``
+    tokens (GEMMs that turn compute bound), and decode rows on a line."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        if i % 2:
+            t = int(rng.integers(16, 8192))
+            y = 2e-3 + 2e-6 * t + (18e-6 * max(t - kink, 0) if kink is not None else 0.0)
+            rows.append(dict(num_seqs=1, num_decodes=0, num_prefills=1, new_tokens=t, prefill_tokens=t,
+                             decode_ctx=0, prefill_ctx=t, prefill_attn=t * (t + 1) // 2, padded_decodes=0,
+                             max_ctx=t, duration=y))
+        else:
+            b = int(rng.integers(1, 64))
+            rows.append(dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                             decode_ctx=500 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b,
+                             max_ctx=500, duration=3e-3 + 1e-5 * b))
+        if noise:
+            rows[-1]["duration"] *= float(np.exp(rng.normal(0, noise)))
+    return pd.DataFrame(rows)
+
+
+def test_hinge_terms_parse_and_are_checked() -> None:
+    assert term_factors("new_tokens>1024") == [("new_tokens", 1024.0)]
+    assert term_factors("num_seqs*decode_ctx") == [("num_seqs", None), ("decode_ctx", None)]
+    check_terms(["1", "new_tokens>512", "num_seqs*new_tokens>64"])
+    with pytest.raises(ValueError, match="hinge"):
+        check_terms(["new_tokens>lots"])
+    with pytest.raises(ValueError, match="unknown feature"):
+        check_terms(["tokens>5"])
+    df = pd.DataFrame({"new_tokens": [100, 1024, 3000]})
+    assert term_matrix(df, ["new_tokens>1024"])[:, 0].tolist() == [0.0, 0.0, 1976.0]
+
+
+def test_a_kinked_prefill_gets_its_hinge_and_the_line_does_not() -> None:
+    prov = Provenance("h200", "llama3-8b", 1)
+    kinked = fit_calibration(_rows(800, 0, kink=1024), prov, overlap=False)
+    p = kinked.regimes["prefill"]
+    assert p.terms[-1] == "new_tokens>1024"
+    got = dict(zip(p.terms, p.coef))
+    assert got["1"] == pytest.approx(2e-3, rel=1e-6) and got["new_tokens"] == pytest.approx(2e-6, rel=1e-6)
+    assert got["new_tokens>1024"] == pytest.approx(18e-6, rel=1e-6) and p.mape < 1e-9
+    # a line needs no hinge: none of the knots beats it
+    assert not any(">" in t for t in fit_calibration(_rows(800, 0, kink=None), prov, overlap=False).regimes["prefill"].terms)
+    # explicit terms are taken as given
+    fixed = fit_calibration(_rows(800, 0, kink=1024), prov, overlap=False,
+                            terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    assert fixed.regimes["prefill"].terms == ["1", "new_tokens"] and fixed.regimes["prefill"].mape > 0.05
+
+
+def test_fits_use_every_row_so_the_seed_moves_only_the_error_estimate() -> None:
+    prov = Provenance("h200", "llama3-8b", 1)
+    steps = _rows(600, 1, kink=512, noise=0.03)
+    a, b = fit_calibration(steps, prov, overlap=False, seed=0), fit_calibration(steps, prov, overlap=False, seed=5)
+    for name in ("decode", "prefill"):
+        assert a.regimes[name].terms == b.regimes[name].terms
+        assert a.regimes[name].coef == b.regimes[name].coef
+        assert a.regimes[name].n == a.regimes[name].n_test == 300
+        assert 0.015 < a.regimes[name].mape < 0.04 and 0.015 < b.regimes[name].mape < 0.04
+
+
+def test_a_hinge_evaluates_alike_on_one_step_and_on_many(tmp_path) -> None:
+    prefill = LinearFit(["1", "new_tokens", "new_tokens>1024"], [2e-3, 2e-6, 1.8e-5])
+    cal = Calibration(Provenance("h200", "llama3-8b", 1),
+                      {"decode": LinearFit(["1", "num_seqs"], [3e-3, 1e-5]), "prefill": prefill},
+                      CpuFit(["1"], [0.0]))
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    feats = [BatchFeatures(num_seqs=1, num_decodes=0, num_prefills=1, new_tokens=t, prefill_tokens=t,
+                           decode_ctx=0, prefill_ctx=t, prefill_attn=t * (t + 1) // 2, padded_decodes=0,
+                           max_ctx=t) for t in (100, 1024, 1025, 5000)]
+    one = [model.step_time(f) for f in feats]
+    assert list(model.step_times(FeatureColumns(feats))) == one  # bit for bit
+    assert one == pytest.approx([2e-3 + 2e-6 * t + 1.8e-5 * max(t - 1024, 0) for t in (100, 1024, 1025, 5000)])
+    assert Calibration.load(tmp_path / "c.json").features == ["new_tokens", "num_seqs"]

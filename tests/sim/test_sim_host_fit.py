@@ -1,0 +1,79 @@
+"""Host-part fits: slow-host episodes left out, the graph launch's work before its wait."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from twinserve.core.batch import BatchFeatures
+from twinserve.simulator.cost import COST_MODELS, Provenance, fit_calibration
+from twinserve.simulator.cost.host_episodes import slow_episodes
+from twinserve.simulator.cost.host_fit import fit_host
+from twinserve.simulator.cost.timeline import detect_sync, timeline_frame
+
+
+def _coef(fit, term):
+    return dict(zip(fit.terms, fit.coef))[term]
+
+
+def _with_prefill_rows(steps: pd.DataFrame) -> pd.DataFrame:
+    """fit_calibration needs a prefill regime: a few eager prefill rows without a timeline."""
+    rows = [dict(num_seqs=1, num_decodes=0, num_prefills=1, new_tokens=n, prefill_tokens=n,
+                 decode_ctx=0, prefill_ctx=n, prefill_attn=n * (n + 1) // 2, padded_decodes=0,
+                 max_ctx=n, duration=1e-3 + 1e-6 * n, cpu_s=1e-3) for n in range(64, 64 * 31, 64)]
+    return pd.concat([steps, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_a_slow_stretch_is_found_by_the_windowed_host_speed() -> None:
+    n = 1200
+    steps = pd.DataFrame({"iter_start": np.arange(n) * 1e-3})
+    rng = np.random.default_rng(0)
+    log_ratio = rng.normal(0, 0.1, n)          # single steps vary (stalls are not episodes)
+    log_ratio[::50] += 2.0
+    log_ratio[500:800] += np.log(1.8)          # a stretch of 300 steps 1.8x slower
+    slow, factor = slow_episodes(steps, log_ratio)
+    assert slow[520:780].all() and not slow[:480].any() and not slow[820:].any()
+    assert np.median(factor[520:780]) == pytest.approx(1.8, rel=0.05)
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_host_fits_leave_a_slow_host_episode_out(sync: bool, timeline_steps) -> None:
+    steps = timeline_steps(1500, 0, sync=sync, slow=(600, 1000))
+    tl = timeline_frame(steps)
+    res = fit_host(steps, np.random.default_rng(0), tl=tl, sync=(sync, False))
+    h = res.fit
+    assert res.slow.iloc[620:980].all() and not res.slow.iloc[:560].any() and not res.slow.iloc[1040:].any()
+    assert h.slow_share == pytest.approx(400 / 1500, abs=0.03) and h.slow_factor == pytest.approx(2.0, rel=0.05)
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-6)
+    assert _coef(h.sched, "1") == pytest.approx(50e-6, rel=1e-6)
+    assert _coef(h.complete, "num_seqs") == pytest.approx(1e-6, rel=1e-6)
+    # fitted as if typical, the episode raises the fits
+    blind = fit_host(steps, np.random.default_rng(0), tl=tl, sync=(sync, False), episodes=False).fit
+    assert blind.slow_share == 0.0 and not fit_host(steps, np.random.default_rng(0), tl=tl, episodes=False).slow.any()
+    assert _coef(blind.launch["decode"], "1") > 1.02 * 300e-6 or _coef(blind.launch["decode"], "num_seqs") > 1.02 * 2e-6
+
+
+def test_graph_launch_work_before_its_wait_is_fitted_from_idle_launches(timeline_steps, tmp_path) -> None:
+    pre = 400e-6
+    steps = timeline_steps(1500, 1, sync=True, pre=pre, idle_every=10)
+    tl = timeline_frame(steps)
+    assert detect_sync(steps, tl, graph=True)
+    h = fit_host(steps, np.random.default_rng(0), tl=tl, sync=(True, False)).fit
+    assert _coef(h.pre, "1") == pytest.approx(pre, rel=1e-6) and _coef(h.pre, "num_seqs") == pytest.approx(0, abs=1e-12)
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-6)
+    assert _coef(h.launch["decode"], "num_seqs") == pytest.approx(2e-6, rel=1e-6)
+    # the whole calibration carries it to the cost model, and the simulator's host time counts it
+    cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = BatchFeatures(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+                      decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    hp = model.host_parts(f)
+    assert hp.sync and hp.graph and hp.pre == pytest.approx(pre, rel=1e-6)
+    assert hp.launch == pytest.approx(320e-6, rel=1e-6)
+    assert model.cpu_time(f) == pytest.approx(hp.sched + pre + hp.launch + hp.complete + hp.loop, rel=1e-9)
+    # without idle launches nothing tells the part before the wait apart: it stays 0
+    h0 = fit_host(timeline_steps(600, 2, sync=True, pre=pre), np.random.default_rng(0),
+                  tl=timeline_frame(timeline_steps(600, 2, sync=True, pre=pre)), sync=(True, False)).fit
+    assert h0.pre.coef == [0.0]
