@@ -17,8 +17,10 @@ import pandas as pd
 from twinserve.experiments.fidelity_suite import compose
 
 
-def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple[pd.DataFrame, Any]:
-    """Rerun one engine run folder's overrides on the simulator and write the comparison."""
+def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = (),
+               host_speed: bool = False) -> tuple[pd.DataFrame, Any]:
+    """Rerun one engine run folder's overrides on the simulator and write the comparison;
+    ``host_speed``: with the engine run's own measured host speed replayed (a diagnostic)."""
     from twinserve.experiments.compare import sim_matching_engine, write_report
     from twinserve.experiments.run import load_run, run_experiment
 
@@ -26,6 +28,8 @@ def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = ()) -> tuple
     _, steps, summary = load_run(run_dir)
     sim = [o for o in ov if not o.lstrip("+~").startswith(("backend=", "backend.", "kv.num_pages="))]
     sim += ["backend=sim", *sim_matching_engine(steps, summary), *extra]
+    if host_speed:
+        sim.append(f"backend.host_speed_from={run_dir.resolve()}")
     run_experiment(compose(sim), out_dir / "sim")
     return write_report(run_dir, out_dir / "sim", out_dir, title=f"{run_dir.parent.name} {run_dir.name}")
 
@@ -95,7 +99,7 @@ def run_report(args: argparse.Namespace) -> Path:
         for d in runs:
             dest = out / f"{model_dir.name}_{d.name}"
             print(f"[fidelity] {model_dir.name} {d.name}", file=sys.stderr, flush=True)
-            table, _ = resimulate(d, dest, args.sim_overrides)
+            table, _ = resimulate(d, dest, args.sim_overrides, host_speed=args.host_speed)
             if not args.keep_sim:
                 shutil.rmtree(dest / "sim")
             meta = json.loads((d / "overrides.json").read_text())

@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("runs", help="the engine side's --out")
     r.add_argument("--out", required=True)
     r.add_argument("--keep-sim", action="store_true", help="keep each simulator run folder")
+    r.add_argument("--host-speed", action="store_true",
+                   help="diagnostic: replay each engine run's measured host speed in the simulator")
     r.add_argument("sim_overrides", nargs="*", help="extra overrides for the simulator runs")
     return ap
 

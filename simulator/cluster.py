@@ -37,6 +37,8 @@ class SimConfig:
     timeline (`Replica._run_pipelined`, with the cost model's ``host_parts``), slower since
     nothing fast-forwards. ``lag_arrivals`` (plain loop only): a request arriving while a step
     runs is first scheduled one step boundary later, as an overlapping engine does (`Replica`).
+    ``host_speed`` (pipelined loop only): a `HostSpeed` slowing every replica's host parts over
+    time (a diagnostic replay of a recorded run's host).
     """
 
     replicas: int = 1
@@ -51,6 +53,7 @@ class SimConfig:
     progress: bool = False
     pipeline: bool = False
     lag_arrivals: bool = False
+    host_speed: Any = None
 
 
 @dataclass(slots=True)
@@ -123,7 +126,7 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
             noise = StepNoise(quant[0], quant[1], seed)
         replicas.append(Replica(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
                                 cfg.fast_forward, cfg.check_invariants, cfg.max_stretch,
-                                cfg.pipeline, cfg.lag_arrivals))
+                                cfg.pipeline, cfg.lag_arrivals, cfg.host_speed))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0
     for i, s in enumerate(scheds):

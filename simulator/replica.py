@@ -59,13 +59,14 @@ class Replica:
                  steps: StepLog, on_finish: Callable[[list[Req], int], None],
                  next_arrival: Callable[[], float], noise: StepNoise | None = None,
                  fast_forward: bool = True, check: bool = False, max_stretch: int = 4096,
-                 pipeline: bool = False, lag: bool = False) -> None:
+                 pipeline: bool = False, lag: bool = False, host_speed: Any = None) -> None:
         self.env, self.index, self.sched, self.cost = env, index, sched, cost
         self.steps, self.noise = steps, noise
         self._on_finish, self._next_arrival = on_finish, next_arrival
         self.fast_forward, self.check, self.max_stretch = fast_forward, check, max_stretch
         self.pipeline = pipeline
         self.lag = lag and not pipeline
+        self.host_speed = host_speed  # a `HostSpeed` replayed in the pipelined loop, or None
         self._lagged: deque[Req] = deque()  # arrived while a step ran, not yet schedulable
         self._wake: Event | None = None
         self.busy_s = 0.0
@@ -162,7 +163,8 @@ class Replica:
         (a host-bound step); ``sync``: the launch waits for the previous step's device end
         once it has done ``pre`` of its own work.
 
-        Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits); a request
+        Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits), slowed by
+        ``host_speed`` at the iteration's start when one is given; a request
         arriving during iteration k is first scheduled in iteration k+1, as in the engine. No
         fast-forward here (a batch is always in flight)."""
         env, sched, cost = self.env, self.sched, self.cost
@@ -181,7 +183,7 @@ class Replica:
             loop = 0.0
             if batch is not None:
                 f = batch.features()
-                hp = cost.host_parts(f)
+                hp = self._host_parts(f, t)
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()
@@ -202,11 +204,15 @@ class Replica:
                 self._complete(prev[0], prev[1], prev[3] - prev[2])
                 t_host = t_tok + prev[4]
                 if batch is None:
-                    loop = cost.host_parts(prev[0].features()).loop
+                    loop = self._host_parts(prev[0].features(), t).loop
             prev = launched
             nxt = t_host + loop
             if nxt > env.now:
                 yield env.timeout(nxt - env.now)
+
+    def _host_parts(self, f: BatchFeatures, t: float) -> Any:
+        hp = self.cost.host_parts(f)
+        return hp if self.host_speed is None else self.host_speed.scale(hp, t)
 
     def _stretch(self) -> tuple[float, float] | None:
         """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return

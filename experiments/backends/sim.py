@@ -25,14 +25,16 @@ class SimBackend(Backend):
             seed=int(cfg.get("seed", 0)), keep_steps=bool(b.get("keep_steps", True)),
             max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
             pipeline=bool(b.get("pipeline", False)),
-            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead))
+            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead),
+            host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False))))
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
         stats = res.stats()
         timing = {k: stats.pop(k) for k in ("wall_s", "requests_per_wall_s", "sim_speedup")}
         meta = {"cost_model": choice.model.describe(), "cost_model_source": choice.source,
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
-                "max_model_len": sc.max_model_len, **stats}
+                "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
+                "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline, **stats}
         return BackendResult(res.requests, res.steps, res.rejected, meta, timing)
 
 
@@ -43,3 +45,22 @@ def _lag(value: object, auto: bool) -> bool:
     if isinstance(value, bool):
         return value
     raise ValueError(f"backend.lag_arrivals must be true, false or auto, got {value!r}")
+
+
+def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
+    """``backend.host_speed_from=ENGINE_RUN_DIR``: replay that engine run's measured host speed
+    (`HostSpeed`, against the calibration's host fits) in the pipelined loop; None if unset."""
+    if not run_dir:
+        return None
+    from pathlib import Path
+
+    import pandas as pd
+
+    from twinserve.simulator.cost.host_fit import host_speed_trace
+    from twinserve.simulator.host_speed import HostSpeed
+
+    host = getattr(getattr(model, "calibration", None), "host", None)
+    if host is None or not pipeline:
+        raise ValueError("backend.host_speed_from needs backend.pipeline=true and a calibration with host parts")
+    times, factors = host_speed_trace(pd.read_parquet(Path(str(run_dir)) / "steps.parquet"), host)
+    return HostSpeed(times, factors)

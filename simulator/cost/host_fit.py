@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import HostFit, LinearFit
-from twinserve.simulator.cost.host_episodes import slow_episodes, step_ratio
+from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
 from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix
 from twinserve.simulator.cost.timeline import launch_work, runs_of
 
@@ -198,3 +198,23 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
     loop = one(loop_ok, y.loop, terms["loop"]) if loop_ok.sum() >= 5 else LinearFit(["1"], [0.0])
     return HostFit(sched=one(keep, y.sched, terms["sched"]), launch=launch,  # type: ignore[arg-type]
                    complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre)
+
+
+def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tuple[np.ndarray, np.ndarray]:
+    """How fast the host of a recorded engine run was over time, against ``fit``: per step (in
+    ``iter_start`` order), its loop iteration's start and the windowed factor measured / fitted
+    of its host parts (`host_episodes.speed_factor` over ``window`` steps). A diagnostic: the
+    simulator can replay it (`simulator.host_speed.HostSpeed`) to tell how much of its error a
+    run's slow-host episodes explain."""
+    st = steps.dropna(subset=list(TIMELINE_COLUMNS)).sort_values("iter_start", kind="stable")
+    if len(st) == 0:
+        return np.zeros(0), np.zeros(0)
+    from twinserve.simulator.cost.timeline import has_timeline, timeline_frame
+
+    tl = timeline_frame(st) if has_timeline(st) else None
+    y = _Targets(st, st, tl, (fit.sync_graph, fit.sync_eager))
+    lr = step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
+                     _log_ratio(y.complete, _predict(fit.complete, st)),
+                     _log_ratio(y.launch, _launch_pred(fit, st, y.regime))])
+    factor = speed_factor(st, lr, window)
+    return st["iter_start"].to_numpy(np.float64), np.nan_to_num(factor, nan=1.0)

@@ -191,3 +191,25 @@ def test_cli_multirun_sweeps_in_parallel(tmp_path: Path) -> None:
     folders = sorted(p.parent for p in (tmp_path / "m").glob("*/summary.json"))
     assert len(folders) == 2
     assert {json.loads((f / "summary.json").read_text())["run"]["scheduler"] for f in folders} == {"fcfs", "sjf"}
+
+
+def test_host_speed_of_a_recorded_engine_run_is_replayed(make_cfg: Any, tmp_path: Path) -> None:
+    """backend.host_speed_from: the pipelined loop replays a committed H200 run's host speed."""
+    run = Path(__file__).resolve().parents[2] / "experiments/fidelity/h200/engine/llama3-8b/azure_conv_90"
+    base = run_experiment(make_cfg("backend.pipeline=true"), tmp_path / "base")
+    diag = run_experiment(make_cfg("backend.pipeline=true", f"backend.host_speed_from={run}"), tmp_path / "diag")
+    assert diag["completed"] == base["completed"] == 40
+    assert diag["mean_ttft_ms"] != base["mean_ttft_ms"]
+    with pytest.raises(ValueError, match="pipeline=true"):
+        run_experiment(make_cfg(f"backend.host_speed_from={run}"), tmp_path / "plain")
+
+
+def test_plain_loop_lags_arrivals_for_a_model_of_an_overlapping_engine(make_cfg: Any, tmp_path: Path) -> None:
+    auto = run_experiment(make_cfg(), tmp_path / "auto")  # the committed H200 calibration
+    off = run_experiment(make_cfg("backend.lag_arrivals=false"), tmp_path / "off")
+    roof = run_experiment(make_cfg("cost_model=roofline"), tmp_path / "roof")
+    assert auto["run"]["lag_arrivals"] is True and off["run"]["lag_arrivals"] is False
+    assert roof["run"]["lag_arrivals"] is False and auto["run"]["loop"] == "plain"
+    assert auto["mean_ttft_ms"] > off["mean_ttft_ms"]  # a request waits for the batch after next
+    with pytest.raises(ValueError, match="lag_arrivals"):
+        run_experiment(make_cfg("backend.lag_arrivals=sometimes"), tmp_path / "bad")

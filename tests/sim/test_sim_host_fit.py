@@ -77,3 +77,39 @@ def test_graph_launch_work_before_its_wait_is_fitted_from_idle_launches(timeline
     h0 = fit_host(timeline_steps(600, 2, sync=True, pre=pre), np.random.default_rng(0),
                   tl=timeline_frame(timeline_steps(600, 2, sync=True, pre=pre)), sync=(True, False)).fit
     assert h0.pre.coef == [0.0]
+
+
+def test_a_recorded_runs_host_speed_is_read_back_and_replayed(timeline_steps, run_sim) -> None:
+    from twinserve.core.workload import WORKLOADS
+    from twinserve.simulator.cost.base import CostModel, HostParts
+    from twinserve.simulator.cost.host_fit import host_speed_trace
+    from twinserve.simulator.host_speed import HostSpeed
+
+    steps = timeline_steps(1500, 3, slow=(600, 1000))
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    times, factors = host_speed_trace(steps, h)
+    assert np.all(np.diff(times) >= 0) and len(times) == len(steps)
+    assert np.median(factors[650:950]) == pytest.approx(2.0, rel=0.02)
+    assert np.median(factors[:550]) == pytest.approx(1.0, rel=0.02)
+    speed = HostSpeed(np.array([0.0, 1.0]), np.array([1.0, 2.0]))
+    assert speed.at(-1.0) == 1.0 and speed.at(0.5) == 1.0 and speed.at(1.0) == 2.0
+    hp = speed.scale(HostParts(1e-3, 2e-3, 1e-3, 5e-4, tail=3e-4, pre=1e-4, device=0.01), 1.5)
+    assert (hp.sched, hp.launch, hp.complete, hp.loop, hp.pre) == pytest.approx((2e-3, 4e-3, 2e-3, 1e-3, 2e-4))
+    assert hp.tail == 3e-4 and hp.device == 0.01  # device work is not host work
+    with pytest.raises(ValueError):
+        HostSpeed(np.array([1.0, 0.0]), np.array([1.0, 1.0]))
+
+    class Fixed(CostModel):  # host-bound eager steps: 1 + 4 + 1 + 0.5 ms of host, 1 ms of device
+        def _gpu(self, x, mx):
+            return x.num_seqs * 0.0 + 0.001
+
+        def host_parts(self, f):
+            return HostParts(0.001, 0.004, 0.001, 0.0005)
+
+    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
+                          output_len=20).with_vocab(1024)
+    base = run_sim(wl, cost=Fixed(), num_pages=64, page_size=16, pipeline=True)
+    slow = run_sim(wl, cost=Fixed(), num_pages=64, page_size=16, pipeline=True,
+                   host_speed=HostSpeed(np.array([0.0]), np.array([2.0])))
+    gap = lambda r: np.diff(np.asarray(r.requests.iloc[0]["token_times"])).mean()  # noqa: E731
+    assert gap(slow) == pytest.approx(2 * gap(base), rel=1e-9)
