@@ -32,8 +32,9 @@ A term is ``"1"``, a feature name, a hinge ``"feature>k"`` (``max(feature - k, 0
 starts at ``k``, e.g. where the GEMMs stop being bound by weight reads), or a product of those
 (``"a*b"``); a regime's prediction is
 ``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
-``prefill`` = no decode, ``mixed`` = both. ``mape`` is the held-out mean absolute percentage error
-(as a fraction; null when not measured), ``n`` the rows fitted, ``n_test`` the held-out rows. ``residuals`` gives quantiles
+``prefill`` = no decode, ``mixed`` = both. ``mape`` is the 5-fold cross-validated mean absolute
+percentage error (as a fraction; null when not measured) of coefficients that are themselves
+fitted on all ``n`` rows; ``n_test`` counts the rows it is measured over. ``residuals`` gives quantiles
 of measured / predicted device time at the listed levels (the simulator's noise draws from it).
 ``host`` splits the host time of the engine's overlap loop into ``sched`` / ``launch`` /
 ``complete`` / ``loop`` (see ``base.HostParts``); the simulator's ``pipeline`` loop uses it, and
@@ -95,7 +96,7 @@ class Provenance:
 
 @dataclass(slots=True)
 class LinearFit:
-    """A linear model ``sum(coef[i] * term[i])`` (seconds) with its held-out error.
+    """A linear model ``sum(coef[i] * term[i])`` (seconds) with its cross-validated error.
 
     Invariant: ``len(terms) == len(coef)``; every term passes ``check_terms``.
     """
