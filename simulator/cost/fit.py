@@ -11,8 +11,8 @@ import pandas as pd
 from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, LinearFit, Provenance, Residuals, check_terms,
 )
-from twinserve.simulator.cost.host_fit import HOST_TERMS, TIMELINE_COLUMNS, fit_host, loop_overhead  # noqa: F401
-from twinserve.simulator.cost.linear import (  # noqa: F401  (regime_of, term_matrix: re-exported)
+from twinserve.simulator.cost.host_fit import fit_host
+from twinserve.simulator.cost.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
@@ -106,10 +106,10 @@ def fit_calibration(
             oof = out_of_fold(lambda tr: model.predict(model.fit(tr)), fold_ids(len(steps), rng, rows=rows))
             held = np.where(rows, oof, pred)
         if tl is not None:
-            mape, n_test = span_error(steps, tl, sel & normal, held, tail)
+            err, n_test = span_error(steps, tl, sel & normal, held, tail)
         else:
-            mape, n_test = float(np.mean(np.abs(held[rows] - y[rows]) / np.maximum(y[rows], 1e-12))), int(rows.sum())
-        fits[name] = LinearFit(list(final.terms), [float(c) for c in final.coef], mape, int(rows.sum()), n_test)
+            err, n_test = mape(held[rows], y[rows]), int(rows.sum())
+        fits[name] = LinearFit(list(final.terms), [float(c) for c in final.coef], err, int(rows.sum()), n_test)
         if final.offsets:
             offsets = final.offsets
         ratios.append(y[rows] / np.maximum(pred[rows], 1e-12))

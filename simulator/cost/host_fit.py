@@ -25,7 +25,7 @@ import pandas as pd
 from twinserve.simulator.cost.calibration import HostFit, LinearFit
 from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
 from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix
-from twinserve.simulator.cost.timeline import launch_work, runs_of
+from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
     "sched": ("1", "num_seqs", "new_tokens"),
@@ -209,8 +209,6 @@ def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tu
     st = steps.dropna(subset=list(TIMELINE_COLUMNS)).sort_values("iter_start", kind="stable")
     if len(st) == 0:
         return np.zeros(0), np.zeros(0)
-    from twinserve.simulator.cost.timeline import has_timeline, timeline_frame
-
     tl = timeline_frame(st) if has_timeline(st) else None
     y = _Targets(st, st, tl, (fit.sync_graph, fit.sync_eager))
     lr = step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
