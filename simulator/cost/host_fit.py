@@ -148,9 +148,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     if fit is None or not episodes:
         return HostFitResult(fit, none)
     for _ in range(EPISODE_ROUNDS):  # detect against the fit of the rows outside, refit
-        found, factor = slow_episodes(st, step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
-                                                      _log_ratio(y.complete, _predict(fit.complete, st)),
-                                                      _log_ratio(y.launch, _launch_pred(fit, st, y.regime))]))
+        found, factor = slow_episodes(st, _host_ratio(st, y, fit))
         if found.all() or np.array_equal(found, slow):
             break
         slow = found
@@ -160,6 +158,14 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     fit.slow_share = float(slow.mean())
     fit.slow_factor = float(np.mean(factor[slow]))
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
+
+
+def _host_ratio(st: pd.DataFrame, y: _Targets, fit: HostFit) -> np.ndarray:
+    """Per step, the median over its host parts (sched, complete, launch) of log(measured /
+    ``fit``), the input of the episode and host-speed windows."""
+    return step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
+                       _log_ratio(y.complete, _predict(fit.complete, st)),
+                       _log_ratio(y.launch, _launch_pred(fit, st, y.regime))])
 
 
 def _launch_pred(fit: HostFit, st: pd.DataFrame, regime: np.ndarray) -> np.ndarray:
@@ -211,8 +217,5 @@ def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tu
         return np.zeros(0), np.zeros(0)
     tl = timeline_frame(st) if has_timeline(st) else None
     y = _Targets(st, st, tl, (fit.sync_graph, fit.sync_eager))
-    lr = step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
-                     _log_ratio(y.complete, _predict(fit.complete, st)),
-                     _log_ratio(y.launch, _launch_pred(fit, st, y.regime))])
-    factor = speed_factor(st, lr, window)
+    factor = speed_factor(st, _host_ratio(st, y, fit), window)
     return st["iter_start"].to_numpy(np.float64), np.nan_to_num(factor, nan=1.0)
