@@ -34,7 +34,10 @@ class BatchFeatures:
 
     Context lengths count the tokens a sequence attends to after this step (cached + new).
     ``prefill_attn`` is the exact number of causal query-key pairs of the prefill chunks:
-    sum(new * start + new * (new + 1) / 2).
+    sum(new * start + new * (new + 1) / 2). ``decode_unique_ctx`` counts the decodes' context
+    tokens once per distinct KV page: ``decode_ctx`` less the tokens of cached-prefix pages that
+    another decode of the step reads too (read again, mostly from the L2 cache); left at -1 it
+    means no sharing (``decode_ctx``). Invariant: ``0 <= decode_unique_ctx <= decode_ctx``.
     """
 
     num_seqs: int = 0
@@ -47,6 +50,11 @@ class BatchFeatures:
     prefill_attn: int = 0
     padded_decodes: int = 0
     max_ctx: int = 0
+    decode_unique_ctx: int = -1
+
+    def __post_init__(self) -> None:
+        if self.decode_unique_ctx < 0:
+            object.__setattr__(self, "decode_unique_ctx", self.decode_ctx)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -65,7 +73,9 @@ class Batch:
     tokens or more; ``emits[i]`` is true when the step completes the request's known tokens, so
     one new token is sampled for it (its value arrives through ``Scheduler.complete``), and then
     ``out_pos[i]`` is that token's index among the request's outputs (else -1). ``is_decode[i]``
-    marks one-token steps of a request that already has output.
+    marks one-token steps of a request that already has output. ``decode_shared_ctx``: tokens of
+    the decodes' cached-prefix pages that more than one decode of the step reads, counted once
+    per extra reader (set by the scheduler; 0 without a prefix cache).
     """
 
     step: int
@@ -76,6 +86,7 @@ class Batch:
     out_pos: list[int]
     is_decode: list[bool]
     max_graph_bs: int = 256
+    decode_shared_ctx: int = 0
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -117,4 +128,5 @@ class Batch:
             prefill_attn=prefill_attn,
             padded_decodes=padded_batch_size(nd, self.max_graph_bs),
             max_ctx=max_ctx,
+            decode_unique_ctx=decode_ctx - self.decode_shared_ctx,
         )

@@ -177,11 +177,16 @@ class Scheduler:
         emits: list[bool] = []
         out_pos: list[int] = []
         decs: list[bool] = []
+        nodes: list = []  # the decodes' cached prefixes, for the pages they read in common
+        cached = 0
         for r, n, dec in entries:
             s = r.num_computed
             starts.append(s)
             news.append(n)
             decs.append(dec)
+            if dec and r.cache_node is not None:
+                nodes.append(r.cache_node)
+                cached += r.num_cache_pages
             r.num_computed = s + n
             r.inflight += 1
             if s + n == r.num_tokens:
@@ -197,7 +202,14 @@ class Scheduler:
                     on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
-                     self.config.max_graph_bs)
+                     self.config.max_graph_bs, self._shared_ctx(nodes, cached))
+
+    def _shared_ctx(self, nodes: list, cached: int) -> int:
+        """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
+        more than one of their requests reads, counted once per extra reader."""
+        if len(nodes) < 2:
+            return 0
+        return (cached - self.cache.distinct_path_pages(nodes)) * self.config.page_size
 
     def _prefill_chunk(self, rem: int, budget: int, batch_has_work: bool) -> int:
         """Tokens of a ``rem``-token prefill this step: a chunk under chunked prefill, else all of
@@ -514,10 +526,13 @@ class Scheduler:
         total = int(c.sum())
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
+        nodes = [r.cache_node for r in self.running if r.cache_node is not None]
+        shared = self._shared_ctx(nodes, sum(r.num_cache_pages for r in self.running if r.cache_node is not None))
         return [
             BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
-                          padded_decodes=padded, max_ctx=top + j)
+                          padded_decodes=padded, max_ctx=top + j,
+                          decode_unique_ctx=total + b * j - shared)
             for j in range(1, k + 1)
         ]
 

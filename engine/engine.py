@@ -42,7 +42,8 @@ class Engine:
     features, device-measured duration, host cpu_s of schedule+complete+launch) whose ``extra``
     holds the step's timeline on the ``now()`` clock (what the simulator's host model is fitted
     on): ``iter_start`` (the ``step()`` call that launched it began), ``sched_s``, ``launch_s``
-    (host work, device waits excluded), ``launch_end``, ``plan_wait_s``, ``device_busy`` (1.0
+    (host work, device waits excluded), ``launch_end``, ``replay_end`` (a graph step's replay
+    was enqueued, so the device could start it; NaN for eager steps), ``plan_wait_s``, ``device_busy`` (1.0
     when the previous step was still running at launch), ``wait_s`` (blocked on the device
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
@@ -149,7 +150,8 @@ class Engine:
             fl = self._launch(batch, start)
             rec.cpu_s += fl.launch_s
             rec.extra.update(iter_start=t - self._t0, sched_s=t_s - t, launch_s=fl.launch_s,
-                             launch_end=time.perf_counter() - self._t0, plan_wait_s=fl.plan_wait_s,
+                             launch_end=time.perf_counter() - self._t0, replay_end=fl.replay_at - self._t0,
+                             plan_wait_s=fl.plan_wait_s,
                              device_busy=float(fl.device_busy))
             launched = (fl, rec)
         if self._inflight is not None:

@@ -39,7 +39,10 @@ class ProfileGrid:
     """The step shapes to visit. Each prefill case runs ``n`` prompts of ``tokens / n`` new
     tokens after ``ctx`` cached tokens (a prefix hit when ``ctx > 0``); each decode case runs
     ``bs`` distinct prompts of ``ctx`` tokens for ``decode_steps`` decode steps, during which
-    ``mixed_every``-th steps also get a fresh prefill chunk (mixed steps). Cases whose tokens do
+    ``mixed_every``-th steps also get a fresh prefill chunk (mixed steps, its length drawn from
+    ``mixed_chunks``). Each shared case runs ``bs`` prompts of a common ``ctx``-token prefix
+    (left in the radix cache first) and ``shared_suffix`` own tokens, so that the decodes read
+    the prefix's KV pages together; its mixed chunks hit the prefix too. Cases whose tokens do
     not fit the KV pool, ``max_model_len`` or ``max_case_tokens`` are skipped."""
 
     prefill_tokens: tuple[int, ...] = (32, 128, 512, 1024, 2048, 4096, 8192)
@@ -49,7 +52,10 @@ class ProfileGrid:
     decode_ctx: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
     decode_steps: int = 12
     mixed_every: int = 3
-    mixed_chunks: tuple[int, ...] = (64, 256, 1024)
+    mixed_chunks: tuple[int, ...] = (64, 256, 1024, 2048, 4096)
+    shared_bs: tuple[int, ...] = (16, 64, 160, 256)
+    shared_ctx: tuple[int, ...] = (512, 2048, 4096)
+    shared_suffix: int = 32
     max_case_tokens: int = 262144
 
     @classmethod
@@ -57,12 +63,13 @@ class ProfileGrid:
         """A grid for tiny CPU models (seconds, not minutes)."""
         return cls(prefill_tokens=(8, 32, 128, 256), prefill_ctx=(0, 128), prefill_seqs=(1, 2),
                    decode_bs=(1, 2, 4, 8, 16), decode_ctx=(32, 128, 512), decode_steps=8,
-                   mixed_chunks=(16, 64), max_case_tokens=16384)
+                   mixed_chunks=(16, 64), shared_bs=(4, 16), shared_ctx=(64,), shared_suffix=8,
+                   max_case_tokens=16384)
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One grid point: ``kind`` is "prefill" or "decode"; see `ProfileGrid`."""
+    """One grid point: ``kind`` is "prefill", "decode" or "shared"; see `ProfileGrid`."""
 
     kind: str
     tokens: int
@@ -72,8 +79,10 @@ class Case:
     def footprint(self, grid: ProfileGrid) -> int:
         if self.kind == "prefill":
             return self.ctx + self.tokens + self.seqs
-        return self.seqs * (self.ctx + grid.decode_steps + 1) + max(grid.mixed_chunks) * (
-            grid.decode_steps // max(grid.mixed_every, 1) + 1)
+        mixed = max(grid.mixed_chunks) * (grid.decode_steps // max(grid.mixed_every, 1) + 1)
+        if self.kind == "shared":
+            return self.ctx + self.seqs * (grid.shared_suffix + grid.decode_steps + 1) + mixed
+        return self.seqs * (self.ctx + grid.decode_steps + 1) + mixed
 
 
 @dataclass(slots=True)
@@ -93,6 +102,7 @@ def grid_cases(grid: ProfileGrid, capacity_tokens: int, max_model_len: int, seed
     cases = [Case("prefill", t, c, n) for t in grid.prefill_tokens for c in grid.prefill_ctx
              for n in grid.prefill_seqs if t // n >= 1]
     cases += [Case("decode", 1, c, b) for b in grid.decode_bs for c in grid.decode_ctx]
+    cases += [Case("shared", 1, c, b) for b in grid.shared_bs for c in grid.shared_ctx]
     ok = [c for c in cases if c.footprint(grid) <= min(capacity_tokens, grid.max_case_tokens)
           and c.ctx + c.tokens // c.seqs + grid.decode_steps + 2 <= max_model_len]
     order = np.random.default_rng(seed).permutation(len(ok))
@@ -137,15 +147,24 @@ def run_case(drv: _Driver, case: Case, grid: ProfileGrid) -> None:
             drv.add(np.concatenate([prefix, drv.prompt(per)]), 1)
         drv.drain()
         return
+    shared = case.kind == "shared"
+    prefix = drv.prompt(case.ctx) if shared else np.empty(0, np.int32)
+    if shared:
+        drv.add(prefix, 1)  # the common prefix, left in the radix cache
+        drv.drain()
     for _ in range(case.seqs):
-        drv.add(drv.prompt(case.ctx), grid.decode_steps + 1)
-    prefill_steps = -(-case.seqs * case.ctx // max(drv.eng.sched_config.max_num_batched_tokens, 1)) + 1
+        own = drv.prompt(grid.shared_suffix) if shared else drv.prompt(case.ctx)
+        drv.add(np.concatenate([prefix, own]), grid.decode_steps + 1)
+    new = grid.shared_suffix if shared else case.ctx
+    prefill_steps = -(-case.seqs * new // max(drv.eng.sched_config.max_num_batched_tokens, 1)) + 1
     chunks = grid.mixed_chunks
 
     def maybe_mix(k: int) -> None:
         j = k - prefill_steps
         if grid.mixed_every > 0 and j > 0 and j % grid.mixed_every == 0 and j < grid.decode_steps - 1:
-            drv.add(drv.prompt(int(chunks[(j // grid.mixed_every) % len(chunks)])), 1)
+            n = int(chunks[int(drv.rng.integers(len(chunks)))])
+            n = min(n, drv.eng.sched_config.max_model_len - len(prefix) - 2)
+            drv.add(np.concatenate([prefix, drv.prompt(n)]), 1)
 
     drv.drain(maybe_mix)
 

@@ -33,6 +33,7 @@ class InFlight:
     t_begin: float = 0.0
     plan_wait_s: float = 0.0
     device_busy: bool = False
+    replay_at: float = float("nan")  # perf_counter when a graph replay was enqueued (NaN: eager)
 
 
 def synchronize_event(evt: object) -> None:
@@ -128,6 +129,7 @@ class ModelRunner:
             self._plan_evt.record()
         if bs:
             logits = self.graphs.replay(bs)[: inp.num_rows]
+            fl.replay_at = time.perf_counter()
             if inp.num_emit != inp.num_rows:
                 logits = logits[torch.from_numpy(inp.emit_rows).to(self.device)]
         else:

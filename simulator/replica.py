@@ -155,10 +155,12 @@ class Replica:
 
             mark = max(t + sched, dev_start[k-1]);  dev_start[k] = max(dev_end[k-1], mark)
             launched = (max(mark + pre, dev_end[k-1]) if sync else mark + pre) + launch
-            dev_end[k] = max(dev_start[k] + device, launched + (device if graph else tail))
+            ready = max(launched - post, mark) + device if graph else launched + tail
+            dev_end[k] = max(dev_start[k] + device, ready)
             tokens of k-1 at max(launched, dev_end[k-1]);  next t = that + complete + loop
 
-        A CUDA-graph step cannot start on the device before its launch ended; an eager step's
+        A CUDA-graph step cannot start on the device before its replay was enqueued, ``post``
+        before its launch ends (sampling and the token copy are launched after it); an eager step's
         kernels run as they are launched, so it ends no earlier than ``tail`` after the launch
         (a host-bound step); ``sync``: the launch waits for the previous step's device end
         once it has done ``pre`` of its own work.
@@ -192,8 +194,10 @@ class Replica:
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
                 d0 = max(dev_end, mark)
                 t_host = (max(mark + hp.pre, dev_end) if hp.sync else mark + hp.pre) + hp.launch
-                # a graph starts once launched; eager kernels run as launched, ending >= tail after
-                dev_end = max(d0 + gpu, t_host + (gpu if hp.graph else hp.tail))
+                # a graph starts once enqueued (post before its launch ends); eager kernels run
+                # as launched, ending >= tail after the launch
+                ready = max(t_host - hp.post, mark) + gpu if hp.graph else t_host + hp.tail
+                dev_end = max(d0 + gpu, ready)
                 rec.duration = dev_end - d0  # the device span, as the engine's events measure it
                 launched = (batch, rec, d0, dev_end, hp.complete)
                 loop = hp.loop

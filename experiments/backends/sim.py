@@ -26,7 +26,9 @@ class SimBackend(Backend):
             max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
             pipeline=bool(b.get("pipeline", False)),
             lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead),
-            host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False))))
+            host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
+            or _host_episodes(b.get("host_episodes", False), choice.model, bool(b.get("pipeline", False)),
+                              workload, int(cfg.get("seed", 0))))
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
         stats = res.stats()
@@ -34,7 +36,8 @@ class SimBackend(Backend):
         meta = {"cost_model": choice.model.describe(), "cost_model_source": choice.source,
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
-                "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline, **stats}
+                "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,
+                "host_episodes": bool(b.get("host_episodes", False)) and sim_cfg.pipeline, **stats}
         return BackendResult(res.requests, res.steps, res.rejected, meta, timing)
 
 
@@ -64,3 +67,23 @@ def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
         raise ValueError("backend.host_speed_from needs backend.pipeline=true and a calibration with host parts")
     times, factors = host_speed_trace(pd.read_parquet(Path(str(run_dir)) / "steps.parquet"), host)
     return HostSpeed(times, factors)
+
+
+def _host_episodes(on: object, model: object, pipeline: bool, workload: Workload, seed: int) -> object:
+    """``backend.host_episodes=true``: draw slow-host episodes with the calibration profile's
+    share, slowdown and mean length (`HostSpeed.episodes`) for the pipelined loop; None if
+    off, or if the calibration found none."""
+    if not on:
+        return None
+    if not isinstance(on, bool):
+        raise ValueError(f"backend.host_episodes must be true or false, got {on!r}")
+    from twinserve.simulator.host_speed import HostSpeed
+
+    host = getattr(getattr(model, "calibration", None), "host", None)
+    if host is None or not pipeline:
+        raise ValueError("backend.host_episodes needs backend.pipeline=true and a calibration with host parts")
+    if host.slow_share <= 0 or host.slow_episode_s <= 0:
+        return None
+    last = max((r.arrival for r in workload), default=0.0)
+    return HostSpeed.episodes(host.slow_share, host.slow_factor, host.slow_episode_s,
+                              horizon_s=2.0 * last + 120.0, seed=seed)

@@ -3,7 +3,8 @@
 # .fik): profile for calibration, measure capacity per workload, serve each at 25/50/75/90 %.
 #   experiments/scripts/gpu_fidelity_suite.sh OUTDIR MODEL BUDGET_S [suite args...]
 # e.g. experiments/scripts/gpu_fidelity_suite.sh $OUT qwen3-0.6b 480 --calib-rate 30 --cap-requests 300
-# OUTDIR gets all.log and suite.tgz (MODEL/: profile_steps.parquet, capacity.json, suite.json,
+# SAVE_KERNELS=1 also writes FlashInfer's compiled kernels as OUTDIR/fi_so.tgz.part-* (carry them
+# as .fik/ on a fresh host). OUTDIR gets all.log and suite.tgz (MODEL/: profile_steps.parquet, capacity.json, suite.json,
 # one engine run folder per workload and load); then, here:
 #   python -m twinserve.experiments.calibrate --from-steps .../profile_steps.parquet ...
 #   python -m twinserve.experiments.fidelity_suite report --out experiments/fidelity/h200 RUNS
@@ -17,4 +18,8 @@ timeout $((BUDGET + 60)) python3 -m twinserve.experiments.fidelity_suite engine 
 echo "suite rc=${PIPESTATUS[0]} at $SECONDS s" | tee -a "$OUT_DIR/all.log"
 find "$OUT_DIR/runs" -type d -name model -prune -exec rm -rf {} + 2>/dev/null
 tar czf "$OUT_DIR/suite.tgz" -C "$OUT_DIR" runs && rm -rf "$OUT_DIR/runs"
+if [ "${SAVE_KERNELS:-0}" = 1 ]; then  # FlashInfer's compiled kernels, to carry as .fik next time
+  (cd "${HOME}/.cache/flashinfer" && find . -name '*.so' -path '*cached_ops*' | tar czf - -T -) \
+    | split -b 15M - "$OUT_DIR/fi_so.tgz.part-"
+fi
 ls -la "$OUT_DIR"

@@ -6,7 +6,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
   >> "$1" 2>&1 || { echo "wheel install failed" >> "$1"; exit 1; }
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
 export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
-aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
-tmp=$(mktemp -d)
-cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
-for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
+if ls .fik/fi_so.tgz.part-* > /dev/null 2>&1; then
+  aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
+  tmp=$(mktemp -d)
+  cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
+  for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
+else
+  echo "no saved kernels in .fik: FlashInfer compiles at first use (1-2 minutes)" >> "$1"
+fi

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -89,6 +89,11 @@ class PrefixCache(ABC):
     def path_pages(self, node: Any) -> list[int]:
         """Pages from the root to ``node`` (for invariant checks)."""
         return []
+
+    def distinct_path_pages(self, nodes: Sequence[Any]) -> int:
+        """How many distinct pages the paths from the root to ``nodes`` hold together (None
+        entries hold none): what a batch whose requests locked ``nodes`` reads once."""
+        return len(set().union(*(self.path_pages(n) for n in nodes if n is not None)))
 
     def is_locked(self, node: Any) -> bool:
         return node is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -132,6 +132,18 @@ class RadixCache(PrefixCache):
         if node is self._root:
             return MatchResult(None, [], 0)
         return MatchResult(node, tree_pages, n * ps)
+
+    def distinct_path_pages(self, nodes: Sequence[Any]) -> int:
+        """Walks up from each node until a node already counted (each node once)."""
+        seen: set[_Node] = {self._root}  # the root holds no pages; every walk ends there
+        add = seen.add
+        total = 0
+        for nd in nodes:
+            while nd not in seen:
+                add(nd)
+                total += len(nd.pages)
+                nd = nd.parent
+        return total
 
     # ---- locking --------------------------------------------------------------------------
     def lock(self, node: Any) -> None:

@@ -78,8 +78,9 @@ class HostParts:
     scheduler's ``schedule()``, before the device may start the step), ``launch`` (input copy,
     attention plan and kernel launches), ``complete`` (``complete()`` once the step's tokens are
     back) and ``loop`` (the rest of a loop iteration: the serving driver around ``step()``).
-    How the device span meets the launch: a ``graph`` step starts on the device only after its
-    launch ended; an eager one runs as it is launched and ends at least ``tail`` after the
+    How the device span meets the launch: a ``graph`` step starts on the device only once its
+    replay is enqueued, ``post`` before its launch ends (the launch's last host work runs beside
+    the graph); an eager one runs as it is launched and ends at least ``tail`` after the
     launch. ``sync``: the launch itself waits for the previous step's device end, after
     ``pre`` of its own work (the inputs it prepares first); ``launch`` is the part after the
     wait (without ``sync``, ``pre`` is simply more launch work). ``device``:
@@ -96,6 +97,7 @@ class HostParts:
     sync: bool = False
     device: float | None = None
     pre: float = 0.0
+    post: float = 0.0
 
 
 class CostModel(ABC):

@@ -80,7 +80,7 @@ class CalibratedCostModel(CostModel):
         self._host: dict[str, _Linear] = {}
         if h is not None:
             self._host = {"sched": _Linear(h.sched), "complete": _Linear(h.complete), "loop": _Linear(h.loop),
-                          "tail": _Linear(h.tail), "pre": _Linear(h.pre),
+                          "tail": _Linear(h.tail), "pre": _Linear(h.pre), "post": _Linear(h.post),
                           **{f"launch/{r}": _Linear(h.launch.get(r, h.launch["prefill"]))
                              for r in ("decode", "prefill", "mixed")}}
         self._graph_launch = self._host["launch/decode"] if h is not None and h.sync_graph else None
@@ -90,9 +90,10 @@ class CalibratedCostModel(CostModel):
         decode = dev["decode"](x, mx)
         if self._offsets:
             decode = decode + self._offset(x.padded_decodes)
-        if self._graph_launch is not None:  # graph launches wait for the device: they add up
-            graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)
-            decode = decode + self._graph_launch(x, mx) * graph
+        if self._graph_launch is not None:  # graph launches wait for the device: they add up,
+            graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)  # less the work after the replay
+            launch = mx(self._graph_launch(x, mx) - self._host["post"](x, mx), 0.0)
+            decode = decode + launch * graph
         return mx(_by_regime(x, mx, decode, dev["prefill"](x, mx), dev["mixed"](x, mx)), self._min)
 
     def _device_only(self, f: BatchFeatures, regime: str) -> float:
@@ -129,7 +130,8 @@ class CalibratedCostModel(CostModel):
         graph = regime == "decode" and f.padded_decodes > 0
         sync = h.sync_graph if graph else h.sync_eager
         pre = max(float(hp["pre"](x, max)), 0.0) if graph and h.sync_graph else 0.0
-        return HostParts(*parts, graph=graph, sync=sync, device=self._device_only(f, regime), pre=pre)
+        post = max(float(hp["post"](x, max)), 0.0) if graph else 0.0
+        return HostParts(*parts, graph=graph, sync=sync, device=self._device_only(f, regime), pre=pre, post=post)
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

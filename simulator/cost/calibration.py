@@ -127,9 +127,11 @@ class HostFit:
     ``complete``, ``loop``, the eager steps' device ``tail`` past their launch, and whether the
     engine's launch of graph / eager steps waited for the previous step's device end
     (``sync_graph`` / ``sync_eager``). ``pre``: the host work of a waiting graph launch before
-    its wait (its ``launch`` is then the part after). ``slow_share`` / ``slow_factor``: the share
+    its wait (its ``launch`` is then the part after). ``post``: the host work of a graph launch
+    after its replay was enqueued (sampling, the token copy), which runs beside the graph on
+    the device. ``slow_share`` / ``slow_factor``: the share
     of profiled steps in slow-host episodes, left out of the fits, and their mean slowdown
-    (`host_episodes`)."""
+    (`host_episodes`); ``slow_episode_s`` their mean length in seconds."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
@@ -139,8 +141,10 @@ class HostFit:
     sync_graph: bool = False
     sync_eager: bool = False
     pre: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    post: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     slow_share: float = 0.0
     slow_factor: float = 1.0
+    slow_episode_s: float = 0.0
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
@@ -152,8 +156,10 @@ class HostFit:
         return cls(sched=LinearFit(**d["sched"]), launch={k: LinearFit(**v) for k, v in d["launch"].items()},
                    complete=LinearFit(**d["complete"]), loop=LinearFit(**d["loop"]),
                    tail=LinearFit(**d.get("tail", zero)), pre=LinearFit(**d.get("pre", zero)),
+                   post=LinearFit(**d.get("post", zero)),
                    sync_graph=bool(d.get("sync_graph", False)), sync_eager=bool(d.get("sync_eager", False)),
-                   slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)))
+                   slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)),
+                   slow_episode_s=float(d.get("slow_episode_s", 0.0)))
 
 
 @dataclass(slots=True)

@@ -27,8 +27,28 @@ DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # knot the GEMMs are bound by weight reads, above it by compute (`_choose_hinge`).
 HINGE_FEATURE = "new_tokens"
 HINGE_KNOTS: tuple[int, ...] = (256, 512, 1024, 2048)
+# The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
+# steps with decodes must share some for it to be fitted.
+SHARED_TERM = "decode_unique_ctx"
+SHARED_MIN_SHARE = 0.02
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
+
+
+def with_unique_ctx(steps: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` with a ``decode_unique_ctx`` column (profiles recorded before it: no sharing)."""
+    if "decode_unique_ctx" in steps:
+        return steps
+    return steps.assign(decode_unique_ctx=steps["decode_ctx"])
+
+
+def shares_kv(steps: pd.DataFrame, min_share: float = SHARED_MIN_SHARE) -> bool:
+    """Whether at least ``min_share`` of the steps with decodes read some KV page twice."""
+    d = steps["num_decodes"].to_numpy() > 0
+    if not d.any():
+        return False
+    shared = (steps["decode_unique_ctx"] < steps["decode_ctx"]).to_numpy()[d]
+    return bool(shared.mean() >= min_share)
 
 
 def fit_calibration(
@@ -56,10 +76,16 @@ def fit_calibration(
     it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
     steps it finds in slow-host episodes are left out of the device fits and errors (their
     spans may be paced by the slow host). Without explicit ``terms``, the prefill and mixed
-    fits may get a hinge on ``new_tokens``, chosen inside each fold (`_choose_hinge`).
+    fits may get a hinge on ``new_tokens``, chosen inside each fold (`_choose_hinge`), and
+    the decode and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
+    has steps whose decodes share KV pages (`shares_kv`): a shared page costs its first read
+    at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s.
     """
     hinges = terms is None
+    steps = with_unique_ctx(steps)
     terms = dict(DEFAULT_TERMS if terms is None else terms)
+    if hinges and shares_kv(steps):
+        terms = {k: (*v, SHARED_TERM) if "decode_ctx" in v else v for k, v in terms.items()}
     for t in [*terms.values(), cpu_terms]:
         check_terms(t)
     rng = np.random.default_rng(seed)
@@ -229,6 +255,7 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
     """Each step's predicted device span (the engine's ``duration``): the regime's device fit,
     and, when ``cal`` has host fits and ``steps`` the engine's timeline, the launch coupling
     of `span_error` (measured start and launch end)."""
+    steps = with_unique_ctx(steps)
     reg = regime_of(steps).to_numpy()
     g = np.zeros(len(steps))
     for name in REGIME_NAMES:

@@ -11,7 +11,10 @@ things the plain per-part fits would get wrong are handled here:
   the device still busy, only the part after the wait shows; with the device idle, both do.
   Fitted as ``launch_end - mark = max(pre, backlog) + launch`` where ``backlog = prev_end -
   mark``: ``launch`` on steps whose backlog exceeds a whole idle launch, ``pre`` on the steps
-  that found the device idle (`_graph_pre`).
+  that found the device idle.
+- **Where a graph starts.** The device may start a graph once its replay is enqueued
+  (``replay_end``); the launch's remaining host work (``post``: sampling, the token copy) runs
+  beside it, fitted as ``launch_end - replay_end`` on the graph steps that record it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ HOST_TERMS: Mapping[str, Sequence[str]] = {
     "complete": ("1", "num_seqs"),
     "loop": ("1", "num_seqs"),
     "pre": ("1", "num_seqs"),
+    "post": ("1", "num_seqs"),
 }
 # The engine's per-step timeline columns (`Engine` docstring) that `fit_host` needs.
 TIMELINE_COLUMNS: tuple[str, ...] = ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at",
@@ -100,6 +104,9 @@ class _Targets:
         self.loop, self.loop_ok = o, ok
         self.idle = np.zeros(len(st), dtype=bool)
         self.whole = np.full(len(st), np.nan)
+        self.post = np.full(len(st), np.nan)
+        if "replay_end" in st:
+            self.post = (st["launch_end"] - st["replay_end"]).to_numpy(np.float64)
         if tl is None or not sync[0]:
             return
         t = tl.reindex(st.index)
@@ -157,7 +164,29 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
         return HostFitResult(fit, none)
     fit.slow_share = float(slow.mean())
     fit.slow_factor = float(np.mean(factor[slow]))
+    fit.slow_episode_s = episode_seconds(st, slow)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
+
+
+def episode_seconds(st: pd.DataFrame, slow: np.ndarray) -> float:
+    """Mean length in seconds of the maximal runs of consecutive ``slow`` rows (rows in
+    execution order; a run of the engine ends where its clock restarts): from the first row's
+    loop start to the last row's tokens (its launch end where the tokens are unknown)."""
+    lengths: list[float] = []
+    it = st["iter_start"].to_numpy(np.float64)
+    end = st["tokens_at"].fillna(st["launch_end"]).to_numpy(np.float64)
+    run = runs_of(st).to_numpy()
+    i, n = 0, len(st)
+    while i < n:
+        if not slow[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and slow[j + 1] and run[j + 1] == run[i]:
+            j += 1
+        lengths.append(max(float(end[j] - it[i]), 0.0))
+        i = j + 1
+    return float(np.mean(lengths)) if lengths else 0.0
 
 
 def _host_ratio(st: pd.DataFrame, y: _Targets, fit: HostFit) -> np.ndarray:
@@ -200,10 +229,14 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
     if idle.sum() >= MIN_IDLE_ROWS:  # an idle graph launch is pre + the part after the wait
         rest = y.whole - _predict(launch["decode"], st)
         pre = one(idle, rest, terms["pre"])
+    post = LinearFit(["1"], [0.0])
+    post_ok = keep & np.isfinite(y.post) & (y.post >= 0)
+    if post_ok.sum() >= MIN_IDLE_ROWS:
+        post = one(post_ok, y.post, terms["post"])
     loop_ok = keep & y.loop_ok
     loop = one(loop_ok, y.loop, terms["loop"]) if loop_ok.sum() >= 5 else LinearFit(["1"], [0.0])
     return HostFit(sched=one(keep, y.sched, terms["sched"]), launch=launch,  # type: ignore[arg-type]
-                   complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre)
+                   complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre, post=post)
 
 
 def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tuple[np.ndarray, np.ndarray]:

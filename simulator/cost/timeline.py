@@ -9,7 +9,9 @@ them into the quantities of the simulator's overlap loop (``Replica._run_pipelin
 - ``graph``: a decode-only step replayed as a CUDA graph (``padded_decodes > 0``), which the
   device can only start once the host has finished launching it;
 - ``device_s``: the device's own work: for a graph step the time from ``max(dev_start,
-  launch_end)`` to ``dev_end``; for an eager step (kernels run as they are launched) the span
+  enqueued)`` to ``dev_end``, where ``enqueued`` is when its graph replay was enqueued
+  (``replay_end``; ``launch_end`` in profiles recorded before that column existed, which reads
+  short when the host work after the replay is slow); for an eager step (kernels run as they are launched) the span
   ``dev_end - dev_start``, usable only where the device, not the host, set the pace
   (``device_ok``: it ended more than ``EAGER_MARGIN_S`` after the launch);
 - ``tail_s``: for eager steps, ``dev_end - launch_end`` (how long the device runs past the
@@ -26,6 +28,7 @@ import pandas as pd
 
 EAGER_MARGIN_S = 5e-4
 TIMELINE = ("iter_start", "sched_s", "launch_s", "launch_end", "plan_wait_s", "dev_start", "dev_end")
+# Also read where present: "replay_end" (`graph_enqueued`).
 
 
 def has_timeline(steps: pd.DataFrame) -> bool:
@@ -49,11 +52,21 @@ def timeline_frame(steps: pd.DataFrame) -> pd.DataFrame:
     out["prev_end"] = prev_end
     out["mark"] = steps["iter_start"] + steps["sched_s"] + steps["plan_wait_s"]
     out["graph"] = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
-    after_launch = steps["dev_end"] - np.maximum(steps["dev_start"], steps["launch_end"])
+    after_launch = steps["dev_end"] - np.maximum(steps["dev_start"], graph_enqueued(steps))
     out["tail_s"] = steps["dev_end"] - steps["launch_end"]
     out["device_s"] = np.where(out["graph"], after_launch, steps["dev_end"] - steps["dev_start"])
     out["device_ok"] = out["graph"] | (out["tail_s"] > EAGER_MARGIN_S)
     return out
+
+
+def graph_enqueued(steps: pd.DataFrame) -> pd.Series:
+    """When each step's device work could begin as far as the host is concerned: the graph
+    replay's enqueue (``replay_end``) where recorded, else ``launch_end``."""
+    le = steps["launch_end"]
+    if "replay_end" not in steps:
+        return le
+    re = steps["replay_end"]
+    return re.where(re.notna(), le)
 
 
 def detect_sync(steps: pd.DataFrame, tl: pd.DataFrame, graph: bool) -> bool:
@@ -99,10 +112,12 @@ def ran_overlapped(steps: pd.DataFrame) -> bool | None:
 def coupled_span(device: np.ndarray, steps: pd.DataFrame, graph: np.ndarray, tail: float) -> np.ndarray:
     """The device span the engine's events measure (its ``duration``) for steps of ``device``
     work, given each step's measured device start and launch end: a graph step cannot start
-    before its launch ended, an eager one ends at least ``tail`` after it::
+    before its replay was enqueued (`graph_enqueued`), an eager one ends at least ``tail``
+    after its launch::
 
-        max(dev_start + device, launch_end + (device if graph else tail)) - dev_start
+        max(dev_start + device, (enqueued + device) if graph else (launch_end + tail)) - dev_start
     """
     d0 = steps["dev_start"].to_numpy(np.float64)
-    after = np.where(graph, device, tail)
-    return np.maximum(d0 + device, steps["launch_end"].to_numpy(np.float64) + after) - d0
+    ready = np.where(graph, graph_enqueued(steps).to_numpy(np.float64) + device,
+                     steps["launch_end"].to_numpy(np.float64) + tail)
+    return np.maximum(d0 + device, ready) - d0

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from twinserve.policies.cache import RadixCache
+from twinserve.policies.cache.base import PrefixCache
+
+from helpers_core import make_req, make_sched
 
 
 def toks(*xs: int) -> np.ndarray:
@@ -49,3 +52,36 @@ def test_shared_prefix_survives_while_any_user_locks_it() -> None:
     c.unlock(x.node)
     assert c.evict(5) == [2]  # only x's own leaf is free to go
     c.check()
+
+
+def test_decodes_reading_one_cached_prefix_count_its_pages_once() -> None:
+    """Three requests share a 16-token (4-page) prefix and have 4 own tokens each; a fourth
+    shares nothing. Once all decode, the step's decodes read the shared pages three times:
+    ``decode_unique_ctx`` counts them once (2 extra readers x 16 tokens less)."""
+    s = make_sched(num_pages=64, page_size=4)
+    prefix = list(range(50, 66))
+    for rid in range(3):
+        s.add(make_req(rid, prefix + [200 + 10 * rid + k for k in range(4)], max_tokens=6))
+    s.add(make_req(3, 20, max_tokens=6))
+    b = None
+    for t in range(10):
+        b = s.schedule(float(t))
+        if b is not None and b.decode_only and len(b) == 4:
+            break
+        s.complete(b, [7] * len(b), t + 0.5)
+    assert b is not None and b.decode_only and len(b) == 4
+    f = b.features()
+    assert f.decode_unique_ctx == f.decode_ctx - 2 * 16
+    # the generic walk of the contract's default counts the same pages
+    nodes = [r.cache_node for r in b.reqs]
+    assert PrefixCache.distinct_path_pages(s.cache, nodes) == s.cache.distinct_path_pages(nodes)
+    # without a prefix cache nothing is shared
+    s2 = make_sched(cache="none", num_pages=64, page_size=4)
+    for rid in range(3):
+        s2.add(make_req(rid, prefix + [200 + 10 * rid + k for k in range(4)], max_tokens=6))
+    for t in range(10):
+        b2 = s2.schedule(float(t))
+        if b2.decode_only:
+            break
+        s2.complete(b2, [7] * len(b2), t + 0.5)
+    assert b2.features().decode_unique_ctx == b2.features().decode_ctx

@@ -204,6 +204,18 @@ def test_host_speed_of_a_recorded_engine_run_is_replayed(make_cfg: Any, tmp_path
         run_experiment(make_cfg(f"backend.host_speed_from={run}"), tmp_path / "plain")
 
 
+def test_host_episodes_drawn_from_the_calibration_slow_the_pipelined_loop(make_cfg: Any, tmp_path: Path) -> None:
+    """backend.host_episodes=true: the committed calibration's slow-host episodes are drawn
+    (seeded) in the pipelined loop; the plain loop refuses the option."""
+    base = run_experiment(make_cfg("backend.pipeline=true"), tmp_path / "base")
+    ep = run_experiment(make_cfg("backend.pipeline=true", "backend.host_episodes=true"), tmp_path / "ep")
+    again = run_experiment(make_cfg("backend.pipeline=true", "backend.host_episodes=true"), tmp_path / "again")
+    assert ep["completed"] == base["completed"] == 40 and ep["run"]["host_episodes"] is True
+    assert ep["mean_ttft_ms"] != base["mean_ttft_ms"] and ep["mean_ttft_ms"] == again["mean_ttft_ms"]
+    with pytest.raises(ValueError, match="pipeline=true"):
+        run_experiment(make_cfg("backend.host_episodes=true"), tmp_path / "plain")
+
+
 def test_plain_loop_lags_arrivals_for_a_model_of_an_overlapping_engine(make_cfg: Any, tmp_path: Path) -> None:
     auto = run_experiment(make_cfg(), tmp_path / "auto")  # the committed H200 calibration
     off = run_experiment(make_cfg("backend.lag_arrivals=false"), tmp_path / "off")

@@ -50,14 +50,16 @@ def poisson() -> Callable[..., Workload]:
 
 def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     slow: tuple[int, int] | None = None, slow_factor: float = 2.0,
-                    idle_every: int = 0) -> pd.DataFrame:
+                    idle_every: int = 0, post: float | None = None) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
     step's device end after ``pre`` seconds of its own work (``launch_s`` then includes the
     wait, as the engine records it). Steps ``slow[0] .. slow[1]-1`` run every host part
     ``slow_factor`` times slower (a slow-host episode; device work unchanged). Every
-    ``idle_every``-th iteration first waits 3 ms for work (the device falls idle)."""
+    ``idle_every``-th iteration first waits 3 ms for work (the device falls idle). ``post``: the
+    graph replay is enqueued that long (times the slow factor) before the launch ends, and the
+    graph starts from then (``replay_end`` recorded); None: at the launch's end, no column."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for i in range(n):
@@ -70,12 +72,15 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         mark = t + sched
         d0 = max(dev_end, mark)
         le = (max(mark + f * pre, dev_end) if sync else mark + f * pre) + launch
-        d1 = max(d0, le) + g
+        enq = le if post is None else le - f * post
+        d1 = max(d0, enq) + g
         row = dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                    decode_ctx=100 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=100,
                    duration=d1 - d0, cpu_s=sched + launch + comp, iter_start=t, sched_s=sched,
                    launch_s=le - mark, launch_end=le, plan_wait_s=0.0, complete_s=comp,
                    tokens_at=np.nan, dev_start=d0, dev_end=d1)
+        if post is not None:
+            row["replay_end"] = enq
         dev_end = d1
         t_host = le
         if prev is not None:

@@ -87,3 +87,36 @@ def test_a_hinge_evaluates_alike_on_one_step_and_on_many(tmp_path) -> None:
     assert list(model.step_times(FeatureColumns(feats))) == one  # bit for bit
     assert one == pytest.approx([2e-3 + 2e-6 * t + 1.8e-5 * max(t - 1024, 0) for t in (100, 1024, 1025, 5000)])
     assert Calibration.load(tmp_path / "c.json").features == ["new_tokens", "num_seqs"]
+
+
+def test_decodes_sharing_kv_pages_get_the_unique_context_term(tmp_path) -> None:
+    """Decode steps whose reads of shared pages cost a quarter of a first read: the default
+    terms gain ``decode_unique_ctx`` and recover both rates; a profile without sharing (or
+    without the column) keeps the old terms."""
+    rng = np.random.default_rng(0)
+    n = 600
+    b = rng.integers(1, 128, n)
+    ctx = b * rng.integers(200, 2000, n)
+    unique = np.where(np.arange(n) % 3 == 0, (ctx * rng.uniform(0.2, 0.9, n)).astype(int), ctx)
+    dur = 2e-3 + 1e-6 * b + 1e-9 * unique * 0.75 + 1e-9 * ctx * 0.25
+    dec = pd.DataFrame(dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                            decode_ctx=ctx, decode_unique_ctx=unique, prefill_ctx=0, prefill_attn=0,
+                            padded_decodes=b, max_ctx=2000, duration=dur, cpu_s=0.0))
+    t = rng.integers(16, 4096, 200)
+    pre = pd.DataFrame(dict(num_seqs=1, num_decodes=0, num_prefills=1, new_tokens=t, prefill_tokens=t,
+                            decode_ctx=0, decode_unique_ctx=0, prefill_ctx=t, prefill_attn=t * t // 2,
+                            padded_decodes=0, max_ctx=t, duration=1e-3 + 1e-7 * t, cpu_s=0.0))
+    steps = pd.concat([dec, pre], ignore_index=True)
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=False, bucket_offsets=False)
+    d = cal.regimes["decode"]
+    assert "decode_unique_ctx" in d.terms and d.mape < 1e-6
+    coef = dict(zip(d.terms, d.coef))
+    assert coef["decode_unique_ctx"] == pytest.approx(0.75e-9, rel=1e-4)
+    assert coef["decode_ctx"] == pytest.approx(0.25e-9, rel=1e-4)
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = BatchFeatures(num_seqs=64, num_decodes=64, new_tokens=64, decode_ctx=64_000, padded_decodes=64,
+                      max_ctx=1000, decode_unique_ctx=16_000)
+    assert model.step_time(f) == pytest.approx(2e-3 + 64e-6 + 0.75e-9 * 16_000 + 0.25e-9 * 64_000, rel=1e-9)
+    for plain in (steps.assign(decode_unique_ctx=steps["decode_ctx"]), steps.drop(columns="decode_unique_ctx")):
+        c = fit_calibration(plain, Provenance("h200", "llama3-8b", 1), overlap=False, bucket_offsets=False)
+        assert "decode_unique_ctx" not in c.regimes["decode"].terms

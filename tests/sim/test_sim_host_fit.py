@@ -8,6 +8,7 @@ import pytest
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost import COST_MODELS, Provenance, fit_calibration
+from twinserve.simulator.cost.base import CostModel, HostParts
 from twinserve.simulator.cost.host_episodes import slow_episodes
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.timeline import detect_sync, timeline_frame
@@ -113,3 +114,71 @@ def test_a_recorded_runs_host_speed_is_read_back_and_replayed(timeline_steps, ru
                    host_speed=HostSpeed(np.array([0.0]), np.array([2.0])))
     gap = lambda r: np.diff(np.asarray(r.requests.iloc[0]["token_times"])).mean()  # noqa: E731
     assert gap(slow) == pytest.approx(2 * gap(base), rel=1e-9)
+
+
+def test_graph_work_is_read_from_its_replay_even_when_the_host_is_slow(timeline_steps, tmp_path) -> None:
+    """The graph starts once its replay is enqueued, ``post`` before the launch ends. Read from
+    ``replay_end``, every graph step's device work is exact, in a slow-host episode too; read
+    from ``launch_end`` (profiles without the column) the episode's steps read short. The fit
+    recovers ``post`` and the cost model hands it to the pipelined loop."""
+    post = 150e-6
+    steps = timeline_steps(1500, 4, post=post, slow=(600, 900), slow_factor=2.0, idle_every=2)
+    true = 1e-3 + 2e-5 * steps["num_seqs"].to_numpy()
+    tl = timeline_frame(steps)
+    assert np.allclose(tl["device_s"].to_numpy(), true, rtol=0, atol=1e-12)
+    old = timeline_frame(steps.drop(columns="replay_end"))["device_s"].to_numpy()
+    ep = np.arange(len(steps))
+    ep = (ep >= 600) & (ep < 900)
+    idle = (tl["prev_end"] < steps["dev_start"] - 1e-9).to_numpy()  # the graph waited for its launch
+    short = true - old
+    assert idle[ep].sum() > 100 and np.allclose(short[idle & ep], 2 * post)  # slow host: 2x short
+    assert np.allclose(short[idle & ~ep][1:], post) and (short[1:] >= -1e-12).all()
+    h = fit_host(steps, np.random.default_rng(0), tl=tl).fit
+    assert _coef(h.post, "1") == pytest.approx(post, rel=1e-6)
+    assert h.slow_share == pytest.approx(0.2, abs=0.03)
+    cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    assert cal.regimes["decode"].coef == pytest.approx([1e-3, 2e-5], rel=1e-3)
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = BatchFeatures(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+                      decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    hp = model.host_parts(f)
+    assert hp.graph and hp.post == pytest.approx(post, rel=1e-6)
+    # without the column nothing is fitted: the graph starts at the launch's end, as before
+    h0 = fit_host(steps.drop(columns="replay_end"), np.random.default_rng(0)).fit
+    assert h0.post.coef == [0.0]
+
+
+def test_slow_host_episodes_are_measured_and_drawn_again(timeline_steps, run_sim, poisson) -> None:
+    """The profile's slow stretch (steps 600-899) is measured as one episode of its length;
+    `HostSpeed.episodes` draws stretches with that share and length (seeded), and the pipelined
+    loop under them runs slower than with the typical host."""
+    from twinserve.simulator.host_speed import HostSpeed
+
+    steps = timeline_steps(1500, 3, slow=(600, 900), slow_factor=2.0)
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    ep = steps.iloc[600:900]
+    length = float(ep["tokens_at"].iloc[-1] - ep["iter_start"].iloc[0])
+    assert h.slow_episode_s == pytest.approx(length, rel=0.15)
+    hs = HostSpeed.episodes(0.3, 2.0, 0.5, horizon_s=2000.0, seed=1)
+    assert np.array_equal(hs.times, HostSpeed.episodes(0.3, 2.0, 0.5, horizon_s=2000.0, seed=1).times)
+    spans = np.diff(hs.times)
+    slow = hs.factors[:-1] == 2.0
+    assert spans[slow].sum() / spans.sum() == pytest.approx(0.3, abs=0.03)
+    assert spans[slow].mean() == pytest.approx(0.5, rel=0.1)
+    assert HostSpeed.episodes(0.0, 2.0, 0.5, horizon_s=10.0).at(5.0) == 1.0
+    wl = poisson(n=40, rate=30.0, seed=2)
+    base = run_sim(wl, cost=_HostBound(), num_pages=400, page_size=16, pipeline=True)
+    slowed = run_sim(wl, cost=_HostBound(), num_pages=400, page_size=16, pipeline=True,
+                     host_speed=HostSpeed.episodes(0.5, 3.0, 0.05, horizon_s=100.0, seed=0))
+    assert slowed.requests["finish_s"].max() > base.requests["finish_s"].max()
+
+
+class _HostBound(CostModel):
+    """0.2 ms of device work and 2 ms of host launch per step: the host sets the pace."""
+
+    def _gpu(self, x, mx):
+        return x.num_seqs * 0.0 + 2e-4
+
+    def host_parts(self, f: BatchFeatures) -> HostParts:
+        return HostParts(2e-4, 2e-3, 1e-4, 1e-4)

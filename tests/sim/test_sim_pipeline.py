@@ -82,6 +82,25 @@ def test_pipelined_graph_launch_waits_after_its_own_work(run_sim) -> None:
     assert np.allclose(times, [0.0155, 0.0275, 0.0395, 0.0515, 0.0615])
 
 
+class _GraphPost(_Fixed):
+    """Graph steps whose replay is enqueued 0.5 ms before the 2 ms launch ends (no wait)."""
+
+    def host_parts(self, f: BatchFeatures) -> HostParts:
+        return HostParts(0.001, 0.002, 0.001, 0.0005, graph=True, post=0.0005)
+
+
+def test_pipelined_graph_starts_when_its_replay_is_enqueued(run_sim) -> None:
+    """Iteration 1 (t=0): mark 1, launch ends at 3, its replay was enqueued at 2.5: the graph
+    runs 2.5-12.5 (at 3-13 without ``post``). Iteration 2 (t=3.5): mark 4.5, graph 12.5-22.5;
+    tokens of step 1 at max(6.5, 12.5); then every 10 ms (the device sets the pace)."""
+    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
+                          output_len=5).with_vocab(1024)
+    r = run_sim(wl, cost=_GraphPost(), num_pages=64, page_size=16, pipeline=True, checked=True)
+    row = r.requests.iloc[0]
+    times = np.asarray(row["token_times"]) - row["arrival_s"]
+    assert np.allclose(times, [0.0125, 0.0225, 0.0325, 0.0425, 0.0525])
+
+
 def test_plain_loop_lag_schedules_an_arrival_one_boundary_later(run_sim) -> None:
     """Constant 10 ms steps. Request 0 arrives at 0 (idle replica: its step starts at once),
     request 1 at 5 ms, during step 0 (0-10). Without the lag it joins the step at 10 ms; with
