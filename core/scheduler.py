@@ -526,8 +526,8 @@ class Scheduler:
         total = int(c.sum())
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
-        nodes = [r.cache_node for r in self.running if r.cache_node is not None]
-        shared = self._shared_ctx(nodes, sum(r.num_cache_pages for r in self.running if r.cache_node is not None))
+        cached = [r for r in self.running if r.cache_node is not None]
+        shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [
             BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,

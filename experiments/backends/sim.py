@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
 from twinserve.experiments.build import cost_model, plain, scheduler_config, scheduler_factory
@@ -50,6 +52,15 @@ def _lag(value: object, auto: bool) -> bool:
     raise ValueError(f"backend.lag_arrivals must be true, false or auto, got {value!r}")
 
 
+def _pipelined_host(model: object, pipeline: bool, option: str) -> Any:
+    """The calibration's host fits, which ``backend.<option>`` needs in the pipelined loop;
+    ValueError without them or without the pipelined loop."""
+    host = getattr(getattr(model, "calibration", None), "host", None)
+    if host is None or not pipeline:
+        raise ValueError(f"backend.{option} needs backend.pipeline=true and a calibration with host parts")
+    return host
+
+
 def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
     """``backend.host_speed_from=ENGINE_RUN_DIR``: replay that engine run's measured host speed
     (`HostSpeed`, against the calibration's host fits) in the pipelined loop; None if unset."""
@@ -62,9 +73,7 @@ def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
     from twinserve.simulator.cost.host_fit import host_speed_trace
     from twinserve.simulator.host_speed import HostSpeed
 
-    host = getattr(getattr(model, "calibration", None), "host", None)
-    if host is None or not pipeline:
-        raise ValueError("backend.host_speed_from needs backend.pipeline=true and a calibration with host parts")
+    host = _pipelined_host(model, pipeline, "host_speed_from")
     times, factors = host_speed_trace(pd.read_parquet(Path(str(run_dir)) / "steps.parquet"), host)
     return HostSpeed(times, factors)
 
@@ -79,9 +88,7 @@ def _host_episodes(on: object, model: object, pipeline: bool, workload: Workload
         raise ValueError(f"backend.host_episodes must be true or false, got {on!r}")
     from twinserve.simulator.host_speed import HostSpeed
 
-    host = getattr(getattr(model, "calibration", None), "host", None)
-    if host is None or not pipeline:
-        raise ValueError("backend.host_episodes needs backend.pipeline=true and a calibration with host parts")
+    host = _pipelined_host(model, pipeline, "host_episodes")
     if host.slow_share <= 0 or host.slow_episode_s <= 0:
         return None
     last = max((r.arrival for r in workload), default=0.0)

@@ -46,14 +46,25 @@ class _Fixed(CostModel):
         return HostParts(0.001, 0.002, 0.001, 0.0005)
 
 
+def _one_request_run(run_sim, cost: CostModel) -> Any:
+    """One request (32-token prompt, 5 output tokens) through the pipelined loop under ``cost``."""
+    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
+                          output_len=5).with_vocab(1024)
+    return run_sim(wl, cost=cost, num_pages=64, page_size=16, pipeline=True, checked=True)
+
+
+def _token_times(run_sim, cost: CostModel) -> np.ndarray:
+    """That request's token times after its arrival."""
+    row = _one_request_run(run_sim, cost).requests.iloc[0]
+    return np.asarray(row["token_times"]) - row["arrival_s"]
+
+
 def test_pipelined_timeline_matches_the_hand_worked_one(run_sim) -> None:
     """One request, 5 output tokens. Iteration 1 (t=0): mark 1 ms, device 1-11 ms, host free at
     3 + 0.5. Iteration 2 (t=3.5): mark 4.5, device 11-21; tokens of step 1 at max(6.5, 11) = 11,
     next iteration at 11 + 1 + 0.5 = 12.5. Iteration 3: mark 13.5, device 21-31, tokens of step 2
     at 21. So token i arrives at 11 + 10 i ms."""
-    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
-                          output_len=5).with_vocab(1024)
-    r = run_sim(wl, cost=_Fixed(), num_pages=64, page_size=16, pipeline=True, checked=True)
+    r = _one_request_run(run_sim, _Fixed())
     row = r.requests.iloc[0]
     t0 = row["arrival_s"]
     assert np.allclose(np.asarray(row["token_times"]) - t0, [0.011, 0.021, 0.031, 0.041, 0.051])
@@ -74,11 +85,7 @@ def test_pipelined_graph_launch_waits_after_its_own_work(run_sim) -> None:
     runs 3.5-13.5. Iteration 2 (t=4): mark 5, its pre ends at 5.5 but the wait lasts until 13.5,
     launch ends 15.5, graph 15.5-25.5; tokens of step 1 at 15.5, next iteration at 17. From then on
     every step ends 12 ms (post-wait launch + device) after the previous one."""
-    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
-                          output_len=5).with_vocab(1024)
-    r = run_sim(wl, cost=_GraphSync(), num_pages=64, page_size=16, pipeline=True, checked=True)
-    row = r.requests.iloc[0]
-    times = np.asarray(row["token_times"]) - row["arrival_s"]
+    times = _token_times(run_sim, _GraphSync())
     assert np.allclose(times, [0.0155, 0.0275, 0.0395, 0.0515, 0.0615])
 
 
@@ -93,11 +100,7 @@ def test_pipelined_graph_starts_when_its_replay_is_enqueued(run_sim) -> None:
     """Iteration 1 (t=0): mark 1, launch ends at 3, its replay was enqueued at 2.5: the graph
     runs 2.5-12.5 (at 3-13 without ``post``). Iteration 2 (t=3.5): mark 4.5, graph 12.5-22.5;
     tokens of step 1 at max(6.5, 12.5); then every 10 ms (the device sets the pace)."""
-    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
-                          output_len=5).with_vocab(1024)
-    r = run_sim(wl, cost=_GraphPost(), num_pages=64, page_size=16, pipeline=True, checked=True)
-    row = r.requests.iloc[0]
-    times = np.asarray(row["token_times"]) - row["arrival_s"]
+    times = _token_times(run_sim, _GraphPost())
     assert np.allclose(times, [0.0125, 0.0225, 0.0325, 0.0425, 0.0525])
 
 
