@@ -32,14 +32,7 @@ run() {
 }
 
 if [ -n "${KERNELS_FROM:-}" ]; then
-  aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
-  tmp=$(mktemp -d)
-  cat "$KERNELS_FROM"/fi_so.tgz.part-* | tar xzf - -C "$tmp"
-  for so in $(find "$tmp" -name '*.so'); do
-    n=$(basename "$so" .so)
-    mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"
-  done
-  echo "installed $(find "$tmp" -name '*.so' | wc -l) prebuilt kernels into $aot" >> "$SUM"
+  bash "$(dirname "$0")/fi_kernels.sh" install "$KERNELS_FROM" >> "$SUM"
 fi
 
 for stage in $STAGES; do
@@ -72,8 +65,7 @@ for stage in $STAGES; do
     decode-q) run decode-q 120 $BENCH --shape qwen3-0.6b --skip-offline --decode ;;
     decode-l) run decode-l 150 $BENCH --shape llama3-8b --skip-offline --decode ;;
     save-kernels)
-      (cd "${HOME}/.cache/flashinfer" && find . -name '*.so' -path '*cached_ops*' | tar czf - -T - ) \
-        | split -b 15M - "$OUT_DIR/fi_so.tgz.part-"
+      bash "$(dirname "$0")/fi_kernels.sh" save "$OUT_DIR"
       ls -la "$OUT_DIR" >> "$SUM" ;;
     *) echo "unknown stage $stage" >> "$SUM" ;;
   esac

@@ -19,7 +19,6 @@ echo "suite rc=${PIPESTATUS[0]} at $SECONDS s" | tee -a "$OUT_DIR/all.log"
 find "$OUT_DIR/runs" -type d -name model -prune -exec rm -rf {} + 2>/dev/null
 tar czf "$OUT_DIR/suite.tgz" -C "$OUT_DIR" runs && rm -rf "$OUT_DIR/runs"
 if [ "${SAVE_KERNELS:-0}" = 1 ]; then  # FlashInfer's compiled kernels, to carry as .fik next time
-  (cd "${HOME}/.cache/flashinfer" && find . -name '*.so' -path '*cached_ops*' | tar czf - -T -) \
-    | split -b 15M - "$OUT_DIR/fi_so.tgz.part-"
+  bash engine/scripts/fi_kernels.sh save "$OUT_DIR"
 fi
 ls -la "$OUT_DIR"

@@ -7,10 +7,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
 export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
 if ls .fik/fi_so.tgz.part-* > /dev/null 2>&1; then
-  aot=$(python3 -c 'import flashinfer.jit.env as e; print(e.FLASHINFER_AOT_DIR)')
-  tmp=$(mktemp -d)
-  cat .fik/fi_so.tgz.part-* | tar xzf - -C "$tmp"
-  for so in $(find "$tmp" -name '*.so'); do n=$(basename "$so" .so); mkdir -p "$aot/$n" && cp "$so" "$aot/$n/"; done
+  bash engine/scripts/fi_kernels.sh install .fik >> "$1" 2>&1
 else
   echo "no saved kernels in .fik: FlashInfer compiles at first use (1-2 minutes)" >> "$1"
 fi
