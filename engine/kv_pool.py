@@ -47,6 +47,8 @@ class KVPool:
                         for i in range(geom.num_layers)]
         self._v_flat = [self.buffer[i, 1].view(slots, geom.num_kv_heads, geom.head_dim)
                         for i in range(geom.num_layers)]
+        self._kv_flat = [self.buffer[i].view(2, slots, geom.num_kv_heads, geom.head_dim)
+                         for i in range(geom.num_layers)]
 
     @property
     def page_size(self) -> int:
@@ -59,9 +61,29 @@ class KVPool:
         return self.buffer[layer, 1]
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store new keys/values ``[T, heads, dim]`` at flat ``slots`` [T] (int64, on device)."""
+        """Store new keys/values ``[T, heads, dim]`` at flat ``slots`` [T] (int64, on device).
+        When ``v`` lies right after ``k`` in one buffer with the same strides (the k and v parts
+        of a fused QKV output), both are stored with a single copy."""
+        both = _adjacent_pair(k, v)
+        if both is not None and k.dtype == self.geom.dtype:
+            self._kv_flat[layer].index_copy_(1, slots, both)
+            return
         self._k_flat[layer].index_copy_(0, slots, k.to(self.geom.dtype))
         self._v_flat[layer].index_copy_(0, slots, v.to(self.geom.dtype))
 
     def nbytes(self) -> int:
         return self.buffer.numel() * self.buffer.element_size()
+
+
+def _adjacent_pair(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """``[2, T, heads, dim]`` over the memory of ``k`` and ``v`` when ``v`` starts where ``k``'s
+    rows end (``heads * dim`` elements later) with the same shape and strides, else None."""
+    if k.dim() != 3 or k.shape != v.shape or k.stride() != v.stride() or k.dtype != v.dtype:
+        return None
+    t, h, d = k.shape
+    if k.stride(2) != 1 or k.stride(1) != d or k.untyped_storage().data_ptr() != v.untyped_storage().data_ptr():
+        return None
+    gap = h * d
+    if v.storage_offset() - k.storage_offset() != gap or k.stride(0) < 2 * gap:
+        return None
+    return k.as_strided((2, t, h, d), (gap, k.stride(0), d, 1))

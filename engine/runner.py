@@ -131,7 +131,7 @@ class ModelRunner:
             logits = self.graphs.replay(bs)[: inp.num_rows]
             fl.replay_at = time.perf_counter()
             if inp.num_emit != inp.num_rows:
-                logits = logits[torch.from_numpy(inp.emit_rows).to(self.device)]
+                logits = logits[torch.from_numpy(inp.emit_rows).to(self.device, non_blocking=True)]
         else:
             ctx = ForwardContext(positions=v["positions"], slots=v["slots"], attn=self.attn)
             hidden = self.model(v["ids"], ctx)

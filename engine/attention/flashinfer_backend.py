@@ -87,7 +87,11 @@ class FlashInferAttention:
     def plan_graph(self, bs: int, inputs: AttentionInputs) -> None:
         """Plan the decode wrapper of graph size ``bs``; ``inputs`` already padded to ``bs`` rows."""
         w = self._graph[bs]
-        w.plan(_t(inputs.page_indptr), _t(inputs.page_indices), _t(inputs.last_page_len),
+        # FlashInfer copies host page indices into the graph's buffer with a blocking copy (a
+        # stream sync: the previous step would have to end first); from pinned memory to the
+        # device they go asynchronously, and the plan's device-to-device copy is ordered after
+        indices = _t(inputs.page_indices).pin_memory().to(self.pool.device, non_blocking=True)
+        w.plan(_t(inputs.page_indptr), indices, _t(inputs.last_page_len),
                head_dim=self.spec.head_dim, **self._common())
         self._active = w
 
@@ -95,4 +99,8 @@ class FlashInferAttention:
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 slots: torch.Tensor) -> torch.Tensor:
         self.pool.write(layer, slots, k, v)
-        return self._active.run(q.contiguous(), self._kv[layer])  # type: ignore[union-attr]
+        # q may be a strided view (the kernels read its row and head strides); the prefill
+        # wrapper would zero-fill an output of its own (one more kernel launch per layer)
+        if self._active is self.prefill:
+            return self.prefill.run(q, self._kv[layer], out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
+        return self._active.run(q, self._kv[layer])  # type: ignore[union-attr]

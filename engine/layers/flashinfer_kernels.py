@@ -8,8 +8,10 @@ import torch
 class FlashInferKernels:
     """CUDA-only implementation of the ``Kernels`` contract (see layers/kernels.py).
 
-    ``add_rms_norm`` and ``rope`` work in place on their inputs (FlashInfer semantics), which the
-    layers allow: the inputs are temporaries of the current forward.
+    ``add_rms_norm``, ``rms_norm_`` and ``rope`` work in place on their inputs (FlashInfer
+    semantics), which the layers allow: the inputs are temporaries of the current forward.
+    ``rms_norm_`` takes [T, H, D] head views with any row/head strides (FlashInfer's QK-norm
+    kernel, one warp per head row), so a fused QKV output is normalized where it lies.
     """
 
     name = "flashinfer"
@@ -28,6 +30,10 @@ class FlashInferKernels:
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         shape = x.shape
         return self._rmsnorm(x.reshape(-1, shape[-1]), weight, eps).view(shape)
+
+    def rms_norm_(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        self._rmsnorm(x, weight, eps, out=x)
+        return x
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:

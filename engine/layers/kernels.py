@@ -18,7 +18,8 @@ class Kernels(Protocol):
     """Contract: results equal the plain-torch formulas below up to floating-point rounding.
 
     ``add_rms_norm`` returns ``(rms_norm(x + residual), x + residual)`` and may reuse the input
-    buffers. ``rope`` rotates ``q`` [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
+    buffers. ``rms_norm_`` writes ``rms_norm(x)`` into ``x`` itself (which may be a strided view,
+    e.g. the heads [T, H, D] of a fused QKV output) and returns it. ``rope`` rotates ``q`` [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
     half of each head) at ``positions`` using ``cos_sin`` [max_pos, D] (float32; cos in the first
     half, sin in the second) and returns the rotated pair, possibly in place.
     """
@@ -26,6 +27,8 @@ class Kernels(Protocol):
     name: str
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+    def rms_norm_(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]: ...
@@ -49,6 +52,9 @@ class TorchKernels:
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         return weight * xf.to(x.dtype)
+
+    def rms_norm_(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return x.copy_(self.rms_norm(x, weight, eps))
 
     def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:

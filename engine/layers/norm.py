@@ -12,7 +12,8 @@ class RMSNorm(nn.Module):
     """``y = x / rms(x) * weight`` over the last dimension (replicated on every TP rank).
 
     ``forward(x)`` returns the normalized tensor; ``forward(x, residual)`` first adds ``x`` to the
-    residual stream and returns ``(norm(x + residual), x + residual)``.
+    residual stream and returns ``(norm(x + residual), x + residual)``. ``inplace(x)`` normalizes
+    ``x`` where it lies (a strided view is fine) and returns it.
     """
 
     def __init__(self, dim: int, eps: float, kernels: Kernels, dtype: torch.dtype | None = None) -> None:
@@ -25,3 +26,6 @@ class RMSNorm(nn.Module):
         if residual is None:
             return self.kernels.rms_norm(x, self.weight, self.eps)
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+
+    def inplace(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernels.rms_norm_(x, self.weight, self.eps)

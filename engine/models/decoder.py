@@ -52,10 +52,12 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         t = x.shape[0]
         d = self.head_dim
+        # q, k and v stay views of the fused output: the norms and RoPE work in place, and the
+        # KV pool writes the adjacent k and v with one copy (`KVPool.write`)
         q, k, v = self.qkv_proj(x).split([self.q_local, self.kv_local, self.kv_local], dim=-1)
         if self.q_norm is not None:
-            q = self.q_norm(q.reshape(t, -1, d)).view(t, -1)
-            k = self.k_norm(k.reshape(t, -1, d)).view(t, -1)
+            self.q_norm.inplace(q.view(t, -1, d))
+            self.k_norm.inplace(k.view(t, -1, d))
         q, k = self.kernels.rope(ctx.positions, q, k, d, self.rope)
         o = ctx.attn.forward(self.layer_id, q.view(t, -1, d), k.view(t, -1, d), v.view(t, -1, d), ctx.slots)
         return self.o_proj(o.reshape(t, -1))
