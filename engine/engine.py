@@ -43,7 +43,9 @@ class Engine:
     holds the step's timeline on the ``now()`` clock (what the simulator's host model is fitted
     on): ``iter_start`` (the ``step()`` call that launched it began), ``sched_s``, ``launch_s``
     (host work, device waits excluded), ``launch_end``, ``replay_end`` (a graph step's replay
-    was enqueued, so the device could start it; NaN for eager steps), ``plan_wait_s``, ``device_busy`` (1.0
+    was enqueued, so the device could start it; NaN for eager steps), ``plan_wait_s``,
+    ``launch_cpu_s`` (this thread's CPU time over the launch: well below ``launch_s`` when the
+    thread was descheduled or blocked; a spinning device wait counts as CPU), ``device_busy`` (1.0
     when the previous step was still running at launch), ``wait_s`` (blocked on the device
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
@@ -147,11 +149,13 @@ class Engine:
             t_s = time.perf_counter()
             start = t_s - self._t0
             rec = self.scheduler.record(batch, start, 0.0, t_s - t)
+            c_s = time.thread_time()
             fl = self._launch(batch, start)
+            launch_cpu = time.thread_time() - c_s
             rec.cpu_s += fl.launch_s
             rec.extra.update(iter_start=t - self._t0, sched_s=t_s - t, launch_s=fl.launch_s,
                              launch_end=time.perf_counter() - self._t0, replay_end=fl.replay_at - self._t0,
-                             plan_wait_s=fl.plan_wait_s,
+                             plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
                              device_busy=float(fl.device_busy))
             launched = (fl, rec)
         if self._inflight is not None:

@@ -10,7 +10,9 @@
 ``engine`` writes, under ``RUNS/<model>/``: ``profile_steps.parquet`` (the profiler's grid plus
 replays of *other* trace windows than the measured runs: the calibration's input),
 ``capacity.json`` (per workload: requests sent at once, completion time, req/s) and one run
-folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``.
+folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``;
+``suite.json`` lists the stages, each followed by a ``host_probe`` (the host's speed on one
+fixed mixed and one fixed decode step, `engine.host_bench`).
 Runs are ordered 25/50/75 % of every workload first, 90 % last, and skipped (listed in
 ``suite.json``) when the budget runs out; ``--only`` and ``--capacity-from`` (an earlier
 ``capacity.json``, with ``--profile-s 0``) complete a suite that ran out of time. ``report`` reruns each folder's overrides with
@@ -31,6 +33,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 LOADS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
+HOST_PROBE_STEPS = 20  # steps per kind of the host probe noted after each stage (about a second)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,15 @@ class _Suite:
                   overlap=bool(eng.overlap), device=str(eng.device))
         return eng
 
+    def host_probe(self, eng: Any, after: str) -> None:
+        """The host's speed now: `engine.host_bench` medians of a fixed mixed and decode step
+        (``after``: the stage it follows), so that a slow-host stretch shows in ``suite.json``."""
+        from twinserve.engine.host_bench import host_bench
+
+        stats, _ = host_bench(eng, steps=HOST_PROBE_STEPS)
+        self.note("host_probe", after=after, **{f"{s.kind}_{c}_ms": round(getattr(s, c) * 1e3, 3)
+                                                for s in stats for c in ("launch_s", "duration")})
+
     def profile(self, eng: Any) -> None:
         """Grid for half the profile budget, then calibration replays of other windows."""
         from twinserve.engine.profiler import ProfileGrid, profile_engine
@@ -133,6 +145,7 @@ class _Suite:
         res = profile_engine(eng, grid, a.profile_s * 0.5, None, warmup=False, progress=a.progress)
         frames = [res.steps]
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
+        self.host_probe(eng, "profile_grid")
         per = a.profile_s * 0.5 / len(SUITE)
         for w in SUITE:
             wl = _build([*self.base, *w.calib, f"workload.rate={a.calib_rate / requests_per_rate(w, self.base, per):.6g}",
@@ -142,6 +155,7 @@ class _Suite:
             frames.append(pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1,
                                          "workload": w.name} for r in recs]))
             self.note("profile_replay", workload=w.name, requests=len(wl), rows=len(frames[n0]))
+            self.host_probe(eng, f"profile_replay {w.name}")
         steps = pd.concat(frames, ignore_index=True)
         steps.to_parquet(self.out / "profile_steps.parquet", index=False)
 
@@ -170,6 +184,7 @@ class _Suite:
         self.note("run", name=name, target_req_s=round(load * cap, 3),
                   served_req_s=round(s.get("request_throughput") or 0.0, 3), completed=s.get("completed"),
                   mean_ttft_ms=round(s.get("mean_ttft_ms") or 0.0, 2), mean_tpot_ms=round(s.get("mean_tpot_ms") or 0.0, 3))
+        self.host_probe(eng, f"run {name}")
 
 
 def run_plan(only: Sequence[str] = ()) -> list[tuple[SuiteWorkload, float]]:
@@ -190,6 +205,7 @@ def run_engine_suite(args: argparse.Namespace) -> Path:
     suite = _Suite(args)
     eng = suite.build_engine()
     try:
+        suite.host_probe(eng, "engine")
         if args.profile_s > 0:
             suite.profile(eng)
         if args.capacity_from:
@@ -198,6 +214,7 @@ def run_engine_suite(args: argparse.Namespace) -> Path:
         else:
             caps = {w.name: suite.capacity(eng, w) for w in SUITE if any(w is x for x, _ in plan)}
         (suite.out / "capacity.json").write_text(json.dumps(caps, indent=2))
+        suite.host_probe(eng, "capacity")
         for w, ld in plan:
             need = args.duration_s * (1.0 + ld) + 5.0
             if suite.left() < need:

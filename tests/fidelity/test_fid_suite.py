@@ -36,7 +36,8 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     prof = pd.read_parquet(m / "profile_steps.parquet")
     assert {"grid", "replay"} <= set(prof["phase"])
     # the engine's timeline columns come with every step
-    for c in ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at", "complete_s", "dev_start", "dev_end"):
+    for c in ("iter_start", "sched_s", "launch_s", "launch_cpu_s", "launch_end", "tokens_at", "complete_s",
+              "dev_start", "dev_end"):
         assert prof[c].notna().all(), c
     assert (prof["tokens_at"] >= prof["launch_end"] - 1e-9).all()
     caps = json.loads((m / "capacity.json").read_text())
@@ -45,6 +46,12 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     log = json.loads((m / "suite.json").read_text())
     runs = [s for s in log["stages"] if s["stage"] == "run"]
     assert runs, "no measured run fitted in the budget"
+    # a host probe follows the engine's start, the grid, each replay, the capacity stage and each run
+    probes = [s["after"] for s in log["stages"] if s["stage"] == "host_probe"]
+    assert probes[:2] == ["engine", "profile_grid"] and "capacity" in probes
+    assert [p for p in probes if p.startswith("run ")] == [f"run {r['name']}" for r in runs]
+    assert all(s["mixed_launch_s_ms"] > 0 and s["decode_duration_ms"] > 0
+               for s in log["stages"] if s["stage"] == "host_probe")
     for r in runs:
         meta = json.loads((m / r["name"] / "overrides.json").read_text())
         assert meta["target_req_s"] == pytest.approx(meta["load"] * meta["capacity_req_s"])
