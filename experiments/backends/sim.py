@@ -29,7 +29,7 @@ class SimBackend(Backend):
             pipeline=bool(b.get("pipeline", False)),
             lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead),
             host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
-            or _host_episodes(b.get("host_episodes", False), choice.model, bool(b.get("pipeline", False)),
+            or _host_episodes(b.get("host_episodes", "auto"), choice.model, bool(b.get("pipeline", False)),
                               workload, int(cfg.get("seed", 0))))
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
@@ -39,7 +39,7 @@ class SimBackend(Backend):
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
                 "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,
-                "host_episodes": bool(b.get("host_episodes", False)) and sim_cfg.pipeline, **stats}
+                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"), **stats}
         return BackendResult(res.requests, res.steps, res.rejected, meta, timing)
 
 
@@ -79,13 +79,16 @@ def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
 
 
 def _host_episodes(on: object, model: object, pipeline: bool, workload: Workload, seed: int) -> object:
-    """``backend.host_episodes=true``: draw slow-host episodes with the calibration profile's
-    share, slowdown and mean length (`HostSpeed.episodes`) for the pipelined loop; None if
-    off, or if the calibration found none."""
+    """``backend.host_episodes``: draw slow-host episodes with the calibration profile's share,
+    slowdown and mean length (`HostSpeed.episodes`) for the pipelined loop. ``true`` needs that
+    loop and a calibration with host parts (ValueError otherwise); ``auto`` draws them where
+    both are there; None if off, or if the calibration found no episodes."""
+    if on is None or str(on).lower() == "auto":
+        on = pipeline and getattr(getattr(model, "calibration", None), "host", None) is not None
+    elif not isinstance(on, bool):
+        raise ValueError(f"backend.host_episodes must be true, false or auto, got {on!r}")
     if not on:
         return None
-    if not isinstance(on, bool):
-        raise ValueError(f"backend.host_episodes must be true or false, got {on!r}")
     from twinserve.simulator.host_speed import HostSpeed
 
     host = _pipelined_host(model, pipeline, "host_episodes")
