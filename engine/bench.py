@@ -88,6 +88,22 @@ def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0
             "wall_ms": float(np.median(np.diff([r.start for r in recs]))) * 1e3 if len(recs) > 2 else float("nan")}
 
 
+def append_jsonl(path: str | None, rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` as JSON lines to ``path`` (nothing when ``path`` is None)."""
+    if path:
+        with open(path, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+def engine_args(shape: str, model: str | None = None, device: str | None = None, cache: str = "radix"
+                ) -> argparse.Namespace:
+    """`build_engine`'s arguments with this CLI's defaults, for other benchmarks."""
+    return argparse.Namespace(model=model, shape=shape, page_size=16, no_cuda_graphs=False, no_overlap=False,
+                              max_graph_bs=256, cache=cache, max_tokens=16384, max_running=256, device=device,
+                              tp=1, tp_cuda_graphs=False, decode_tensor_cores="auto")
+
+
 def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
     model, load_format = args.model, "safetensors"
     if model is None:
@@ -180,10 +196,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"ctx~{r['ctx']:.0f}: step {r['step_ms']:.3f} ms, "
                   f"bound {r['bound_ms']:.3f} ms ({100 * r['fraction_of_bound']:.0f}% of bound), "
                   f"wall/step {r['wall_ms']:.3f} ms")
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(args.json, results)
     eng.shutdown()
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
-from twinserve.engine.bench import build_engine
+from twinserve.engine.bench import append_jsonl, build_engine, engine_args
 from twinserve.engine.engine import Engine
 
 COLUMNS = ("launch_s", "launch_cpu_s", "sched_s", "complete_s", "post_s", "duration", "period_s")
@@ -155,12 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
-    bench_args = argparse.Namespace(model=args.model, shape=args.shape, page_size=16, no_cuda_graphs=False,
-                                    no_overlap=False, max_graph_bs=256, cache="none", max_tokens=16384,
-                                    max_running=256, device=args.device, tp=1, tp_cuda_graphs=False,
-                                    decode_tensor_cores="auto")
     t = time.perf_counter()
-    eng = build_engine(bench_args)
+    eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"))
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []
@@ -173,10 +168,7 @@ def main(argv: list[str] | None = None) -> None:
                          "prompt": args.prompt, **asdict(st)})
         if table:
             print(table)
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(args.json, rows)
     eng.shutdown()
 
 

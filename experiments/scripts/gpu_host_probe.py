@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import time
 from dataclasses import asdict
 
 import torch
 
-from twinserve.engine.bench import build_engine
+from twinserve.engine.bench import append_jsonl, build_engine, engine_args
 from twinserve.engine.host_bench import host_bench
 from twinserve.engine.profiler import ProfileGrid, profile_engine
 
@@ -34,11 +33,8 @@ def main() -> None:
     ap.add_argument("--cprofile", type=int, default=0)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    args = argparse.Namespace(model=None, shape=a.shape, page_size=16, no_cuda_graphs=False, no_overlap=False,
-                              max_graph_bs=256, cache="radix", max_tokens=16384, max_running=256, device=None,
-                              tp=1, tp_cuda_graphs=False, decode_tensor_cores="auto")
     t0 = time.perf_counter()
-    eng = build_engine(args)
+    eng = build_engine(engine_args(a.shape))
     eng.warmup()
     print(f"{a.shape}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True)
     rows = []
@@ -63,10 +59,7 @@ def main() -> None:
     gc.collect()
     torch.cuda.empty_cache()
     stage("after_empty_cache", a.cprofile)
-    if a.json:
-        with open(a.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    append_jsonl(a.json, rows)
     eng.shutdown()
 
 
