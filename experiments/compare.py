@@ -160,6 +160,7 @@ def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None =
              "workload": (run.get("workload") or {}).get("label"),
              "requests": e_sum.get("completed"), "policies": f"{run.get('scheduler')}/{run.get('memory')}/{run.get('cache')}",
              "sim cost model": f"{cm.get('name')} ({srun.get('cost_model_source')})",
+             "sim loop": f"{srun.get('loop')}" + (", slow-host episodes drawn" if srun.get("host_episodes") else ""),
              "engine run": str(engine_dir), "sim run": str(sim_dir)}
     title = title or f"Simulator vs engine: {run.get('model')} on {run.get('hardware')}"
     (out / "compare.md").write_text(markdown(table, diff, title, facts))

@@ -89,6 +89,7 @@ def test_compare_sim_with_cpu_engine(calibration, tmp_path):
     assert t.loc["total_preemptions", "engine"] == t.loc["total_preemptions", "sim"] == 0
     md = (tmp_path / "compare.md").read_text()
     assert "TTFT p99" in md and "Step-log diff" in md
+    assert f"- sim loop: {summary['run']['loop']}" in md  # which simulator loop (and host) ran
     assert diff.common > 0 and diff.engine_steps > 0 and diff.sim_steps > 0
     assert diff.first_diff is None or diff.first_diff <= diff.common
     assert all(math.isfinite(t.loc[k, "engine"]) for k in ("mean_ttft_ms", "mean_tpot_ms", "kv_usage_mean"))
