@@ -120,30 +120,36 @@ def _fmt(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
-def markdown(table: pd.DataFrame, diff: StepDiff, title: str, facts: dict[str, Any]) -> str:
+def markdown(table: pd.DataFrame, diff: StepDiff, title: str, facts: dict[str, Any],
+             labels: tuple[str, str] = ("engine", "sim")) -> str:
+    """The comparison as Markdown; ``labels`` name the reference run and the compared one (the
+    table's ``engine`` and ``sim`` columns)."""
+    a, b = labels
     lines = [f"# {title}", ""]
     lines += [f"- {k}: {v}" for k, v in facts.items()]
-    lines += ["", "| metric | engine | sim | error |", "|---|---:|---:|---:|"]
+    lines += ["", f"| metric | {a} | {b} | error |", "|---|---:|---:|---:|"]
     for r in table.itertuples():
         err = "n/a" if not math.isfinite(r.err_pct) else f"{r.err_pct:+.1f}%"
         lines.append(f"| {r.metric} | {_fmt(r.engine)} | {_fmt(r.sim)} | {err} |")
     lines += ["", "## Step-log diff", ""]
-    lines.append(f"engine {diff.engine_steps} steps, sim {diff.sim_steps}; of the first {diff.common}, "
+    lines.append(f"{a} {diff.engine_steps} steps, {b} {diff.sim_steps}; of the first {diff.common}, "
                  f"{diff.matching} have identical batch features.")
     if diff.first_diff is None:
         lines.append("No step differs.")
     else:
-        lines.append(f"First differing step: index {diff.first_diff} (engine start "
-                     f"{diff.engine_start_s}, sim start {diff.sim_start_s}); features that differ: "
+        lines.append(f"First differing step: index {diff.first_diff} ({a} start "
+                     f"{diff.engine_start_s}, {b} start {diff.sim_start_s}); features that differ: "
                      f"{', '.join(diff.differing_features) or 'one log ends'}.")
         if diff.engine_row:
-            lines += ["", "| feature | engine | sim |", "|---|---:|---:|"]
+            lines += ["", f"| feature | {a} | {b} |", "|---|---:|---:|"]
             lines += [f"| {c} | {diff.engine_row[c]} | {diff.sim_row[c]} |" for c in diff.differing_features]
     return "\n".join(lines) + "\n"
 
 
 def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
-    """Read two run folders, write compare.csv, compare.md and step_diff.json into ``out``."""
+    """Read two run folders, write compare.csv, compare.md and step_diff.json into ``out``. The
+    second is usually a simulator run; two runs of one backend (an engine run and its repeat)
+    are labelled by backend in compare.md, "(repeat)" on the second."""
     from twinserve.experiments.run import load_run
 
     _, e_steps, e_sum = load_run(engine_dir)
@@ -156,14 +162,17 @@ def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None =
     run = e_sum.get("run", {})
     srun = s_sum.get("run", {})
     cm = srun.get("cost_model") or {}
-    facts = {"model": run.get("model"), "hardware": run.get("hardware"),
-             "workload": (run.get("workload") or {}).get("label"),
-             "requests": e_sum.get("completed"), "policies": f"{run.get('scheduler')}/{run.get('memory')}/{run.get('cache')}",
-             "sim cost model": f"{cm.get('name')} ({srun.get('cost_model_source')})",
-             "sim loop": f"{srun.get('loop')}" + (", slow-host episodes drawn" if srun.get("host_episodes") else ""),
-             "engine run": str(engine_dir), "sim run": str(sim_dir)}
+    a, b = str(run.get("backend") or "engine"), str(srun.get("backend") or "sim")
+    labels = (a, f"{b} (repeat)") if a == b else (a, b)
+    facts: dict[str, Any] = {"model": run.get("model"), "hardware": run.get("hardware"),
+                             "workload": (run.get("workload") or {}).get("label"), "requests": e_sum.get("completed"),
+                             "policies": f"{run.get('scheduler')}/{run.get('memory')}/{run.get('cache')}"}
+    if b == "sim":
+        facts["sim cost model"] = f"{cm.get('name')} ({srun.get('cost_model_source')})"
+        facts["sim loop"] = f"{srun.get('loop')}" + (", slow-host episodes drawn" if srun.get("host_episodes") else "")
+    facts.update({f"{labels[0]} run": str(engine_dir), f"{labels[1]} run": str(sim_dir)})
     title = title or f"Simulator vs engine: {run.get('model')} on {run.get('hardware')}"
-    (out / "compare.md").write_text(markdown(table, diff, title, facts))
+    (out / "compare.md").write_text(markdown(table, diff, title, facts, labels))
     return table, diff
 
 

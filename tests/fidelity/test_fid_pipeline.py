@@ -90,6 +90,13 @@ def test_compare_sim_with_cpu_engine(calibration, tmp_path):
     md = (tmp_path / "compare.md").read_text()
     assert "TTFT p99" in md and "Step-log diff" in md
     assert f"- sim loop: {summary['run']['loop']}" in md  # which simulator loop (and host) ran
+    # an engine run against itself (as a repeat would be): labelled by backend, no error
+    from twinserve.experiments.compare import write_report
+
+    same, same_diff = write_report(tmp_path / "engine", tmp_path / "engine", tmp_path / "repeat")
+    rep = (tmp_path / "repeat" / "compare.md").read_text()
+    assert "| metric | engine | engine (repeat) | error |" in rep and "sim cost model" not in rep
+    assert same.set_index("key").loc["mean_ttft_ms", "err_pct"] == 0 and same_diff.first_diff is None
     assert diff.common > 0 and diff.engine_steps > 0 and diff.sim_steps > 0
     assert diff.first_diff is None or diff.first_diff <= diff.common
     assert all(math.isfinite(t.loc[k, "engine"]) for k in ("mean_ttft_ms", "mean_tpot_ms", "kv_usage_mean"))
