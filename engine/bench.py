@@ -98,10 +98,11 @@ def append_jsonl(path: str | None, rows: list[dict[str, Any]]) -> None:
 
 def engine_args(shape: str, model: str | None = None, device: str | None = None, cache: str = "radix"
                 ) -> argparse.Namespace:
-    """`build_engine`'s arguments with this CLI's defaults, for other benchmarks."""
-    return argparse.Namespace(model=model, shape=shape, page_size=16, no_cuda_graphs=False, no_overlap=False,
-                              max_graph_bs=256, cache=cache, max_tokens=16384, max_running=256, device=device,
-                              tp=1, tp_cuda_graphs=False, decode_tensor_cores="auto")
+    """`build_engine`'s arguments with this CLI's defaults (`build_parser`), for other benchmarks."""
+    argv = ["--shape", shape, "--cache", cache]
+    argv += ["--model", model] if model else []
+    argv += ["--device", device] if device else []
+    return build_parser().parse_args(argv)
 
 
 def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
@@ -126,7 +127,7 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
     return Engine(EngineConfig(**kw))
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen3-0.6b")
     ap.add_argument("--model", default=None, help="checkpoint dir (default: --shape with dummy weights)")
@@ -152,7 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decode", action="store_true", help="also run the decode micro-benchmark")
     ap.add_argument("--skip-offline", action="store_true", help="skip the offline throughput runs")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     t = time.perf_counter()
     eng = build_engine(args)

@@ -99,20 +99,16 @@ class _Series:
         s = self.eng.steps
         return bool(s) and s[-1].features.num_prefills == 0 and s[-1].features.num_decodes == self.decodes
 
-    def mixed(self, steps: int) -> list[Any]:
+    def run(self, steps: int, mixed: bool) -> list[Any]:
+        """``steps`` steps, each given one new ``prompt``-token request when ``mixed``; the
+        records of the steps that had the series' shape."""
         n0 = len(self.eng.steps)
         for _ in range(steps):
-            self.eng.add(self._req(self.prompt, 1))
+            if mixed:
+                self.eng.add(self._req(self.prompt, 1))
             self.eng.step()
         return [r for r in self.eng.steps[n0:]
-                if r.features.num_prefills == 1 and r.features.num_decodes == self.decodes]
-
-    def decode(self, steps: int) -> list[Any]:
-        n0 = len(self.eng.steps)
-        for _ in range(steps):
-            self.eng.step()
-        return [r for r in self.eng.steps[n0:]
-                if r.features.num_prefills == 0 and r.features.num_decodes == self.decodes]
+                if r.features.num_prefills == int(mixed) and r.features.num_decodes == self.decodes]
 
     def drain(self) -> None:
         for req in list(self.eng.scheduler.running):
@@ -127,12 +123,12 @@ def host_bench(eng: Engine, decodes: int = 32, ctx: int = 512, prompt: int = 128
     with ``cprofile_top``, the cProfile table of a further mixed series."""
     s = _Series(eng, decodes, ctx, prompt)
     s.start(steps)
-    out = [_stats("decode", s.decode(steps)), _stats("mixed", s.mixed(steps))]
+    out = [_stats("decode", s.run(steps, mixed=False)), _stats("mixed", s.run(steps, mixed=True))]
     table = ""
     if cprofile_top:
         prof = cProfile.Profile()
         prof.enable()
-        s.mixed(steps)
+        s.run(steps, mixed=True)
         prof.disable()
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(cprofile_top)

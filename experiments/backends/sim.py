@@ -52,10 +52,15 @@ def _lag(value: object, auto: bool) -> bool:
     raise ValueError(f"backend.lag_arrivals must be true, false or auto, got {value!r}")
 
 
+def _calibration_host(model: object) -> Any:
+    """The cost model's calibration host fits (`HostFit`), or None."""
+    return getattr(getattr(model, "calibration", None), "host", None)
+
+
 def _pipelined_host(model: object, pipeline: bool, option: str) -> Any:
     """The calibration's host fits, which ``backend.<option>`` needs in the pipelined loop;
     ValueError without them or without the pipelined loop."""
-    host = getattr(getattr(model, "calibration", None), "host", None)
+    host = _calibration_host(model)
     if host is None or not pipeline:
         raise ValueError(f"backend.{option} needs backend.pipeline=true and a calibration with host parts")
     return host
@@ -84,7 +89,7 @@ def _host_episodes(on: object, model: object, pipeline: bool, workload: Workload
     loop and a calibration with host parts (ValueError otherwise); ``auto`` draws them where
     both are there; None if off, or if the calibration found no episodes."""
     if on is None or str(on).lower() == "auto":
-        on = pipeline and getattr(getattr(model, "calibration", None), "host", None) is not None
+        on = pipeline and _calibration_host(model) is not None
     elif not isinstance(on, bool):
         raise ValueError(f"backend.host_episodes must be true, false or auto, got {on!r}")
     if not on:
