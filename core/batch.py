@@ -28,6 +28,31 @@ def padded_batch_size(n: int, max_graph_bs: int = 256) -> int:
     return -(-n // 8) * 8
 
 
+def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph_bs: int = 256,
+                 piecewise_max_tokens: int = 2048) -> tuple[int, bool]:
+    """``(rows, eager)`` of a step's dense layers, as the engine's runner picks them: a decode
+    graph's padded batch, else a piecewise graph's padded size, else the step's own tokens run
+    eagerly (``eager`` is then true)."""
+    if decode_only and 0 < num_decodes <= max_graph_bs:
+        return padded_batch_size(num_decodes, max_graph_bs), False
+    padded = padded_token_count(num_tokens, piecewise_max_tokens)
+    return (padded, False) if padded else (num_tokens, True)
+
+
+def padded_token_count(n: int, max_tokens: int = 2048) -> int:
+    """The token count a piecewise-CUDA-graph step of ``n`` tokens is padded to (0: none).
+
+    Steps that are not replayed as a decode graph and have ``1 <= n <= max_tokens`` tokens run
+    their dense layers as graphs captured for ``n`` rounded up to a multiple of
+    ``max(16, next_pow2(n) / 16)`` (under 1/8 padding above 128 tokens); larger steps,
+    and every step when ``max_tokens`` is 0, run eagerly. The engine's runner uses this rule.
+    """
+    if n <= 0 or n > max_tokens:
+        return 0
+    step = max(16, (1 << (n - 1).bit_length()) // 16)
+    return -(-n // step) * step
+
+
 @dataclass(frozen=True, slots=True)
 class BatchFeatures:
     """Cost-model inputs of one step; the engine logs them, the simulator consumes them.
@@ -38,6 +63,11 @@ class BatchFeatures:
     tokens once per distinct KV page: ``decode_ctx`` less the tokens of cached-prefix pages that
     another decode of the step reads too (read again, mostly from the L2 cache); left at -1 it
     means no sharing (``decode_ctx``). Invariant: ``0 <= decode_unique_ctx <= decode_ctx``.
+    ``padded_tokens`` is the row count of the dense layers (GEMMs): ``padded_decodes`` for a
+    decode graph, the piecewise-graph size (`padded_token_count`) for another step that has one,
+    else ``new_tokens`` (the value it takes when left at -1). Invariant: ``padded_tokens >=
+    new_tokens``. ``eager_step`` is 1 when the dense layers run without any CUDA graph (kernel
+    by kernel: a much longer launch; `dense_layers`), else 0.
     """
 
     num_seqs: int = 0
@@ -51,10 +81,14 @@ class BatchFeatures:
     padded_decodes: int = 0
     max_ctx: int = 0
     decode_unique_ctx: int = -1
+    padded_tokens: int = -1
+    eager_step: int = 0
 
     def __post_init__(self) -> None:
         if self.decode_unique_ctx < 0:
             object.__setattr__(self, "decode_unique_ctx", self.decode_ctx)
+        if self.padded_tokens < 0:
+            object.__setattr__(self, "padded_tokens", self.new_tokens)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -87,6 +121,7 @@ class Batch:
     is_decode: list[bool]
     max_graph_bs: int = 256
     decode_shared_ctx: int = 0
+    piecewise_max_tokens: int = 2048
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -117,11 +152,14 @@ class Batch:
                 prefill_tokens += n
                 prefill_ctx += ctx
                 prefill_attn += n * s + n * (n + 1) // 2
+        new_tokens = prefill_tokens + nd
+        rows, eager = dense_layers(new_tokens, nd, nd == len(self.reqs), self.max_graph_bs,
+                                   self.piecewise_max_tokens)
         return BatchFeatures(
             num_seqs=len(self.reqs),
             num_decodes=nd,
             num_prefills=len(self.reqs) - nd,
-            new_tokens=prefill_tokens + nd,
+            new_tokens=new_tokens,
             prefill_tokens=prefill_tokens,
             decode_ctx=decode_ctx,
             prefill_ctx=prefill_ctx,
@@ -129,4 +167,6 @@ class Batch:
             padded_decodes=padded_batch_size(nd, self.max_graph_bs),
             max_ctx=max_ctx,
             decode_unique_ctx=decode_ctx - self.decode_shared_ctx,
+            padded_tokens=rows,
+            eager_step=int(eager),
         )

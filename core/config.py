@@ -18,6 +18,8 @@ class SchedulerConfig:
     - ``page_size`` × ``num_pages``: the KV pool, in tokens per page and pages.
     - ``max_model_len``: longest prompt + output a request may have; longer ones are rejected.
     - ``max_graph_bs``: largest CUDA-graph decode batch (for padded-batch features).
+    - ``piecewise_max_tokens``: largest other step whose dense layers run as piecewise CUDA
+      graphs, padded (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature.
     """
 
     max_num_batched_tokens: int = 8192
@@ -29,6 +31,7 @@ class SchedulerConfig:
     num_pages: int = 8192
     max_model_len: int = 32768
     max_graph_bs: int = 256
+    piecewise_max_tokens: int = 2048
 
     def validate(self) -> None:
         for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import Batch, BatchFeatures, padded_batch_size
+from twinserve.core.batch import Batch, BatchFeatures, dense_layers, padded_batch_size
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
@@ -202,7 +202,7 @@ class Scheduler:
                     on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
-                     self.config.max_graph_bs, self._shared_ctx(nodes, cached))
+                     self.config.max_graph_bs, self._shared_ctx(nodes, cached), self.config.piecewise_max_tokens)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -526,13 +526,15 @@ class Scheduler:
         total = int(c.sum())
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
+        rows, eager = dense_layers(b, b, True, self.config.max_graph_bs, self.config.piecewise_max_tokens)
         cached = [r for r in self.running if r.cache_node is not None]
         shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [
             BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
                           padded_decodes=padded, max_ctx=top + j,
-                          decode_unique_ctx=total + b * j - shared)
+                          decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
+                          eager_step=int(eager))
             for j in range(1, k + 1)
         ]
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from twinserve.core.config import SchedulerConfig
 
 # SchedulerConfig fields the engine decides itself (from the pool and the model).
-ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs")
+ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens")
 
 
 @dataclass
@@ -22,9 +22,11 @@ class EngineConfig:
       on GPU (free memory after weights − activation reserve) × ``mem_fraction``, on CPU
       ``cpu_kv_tokens / page_size``.
     - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size,
-      num_pages and max_graph_bs are overwritten by the engine, max_model_len defaults to the
+      num_pages, max_graph_bs and piecewise_max_tokens are overwritten by the engine, max_model_len defaults to the
       model's. ``scheduling``/``memory``/``cache`` are policy names (+ ``*_kwargs``).
-    - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only).
+    - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only),
+      and every other step of up to ``piecewise_max_tokens`` tokens replays its dense layers as
+      piecewise graphs with the attention eager (engine/piecewise_graph.py; 0 turns them off).
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
@@ -58,6 +60,7 @@ class EngineConfig:
     cache_kwargs: Mapping[str, Any] = field(default_factory=dict)
     cuda_graphs: bool = True
     max_graph_bs: int = 256
+    piecewise_max_tokens: int = 2048
     overlap: bool | None = None
     attention_backend: str = "auto"
     kernels: str = "auto"
@@ -68,7 +71,9 @@ class EngineConfig:
     tp_cuda_graphs: bool = False
     checked: bool = False
 
-    def scheduler_config(self, num_pages: int, max_model_len: int) -> SchedulerConfig:
+    def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True) -> SchedulerConfig:
+        """The scheduler's config: ``self.scheduler`` with the engine-owned fields set (the
+        piecewise-graph cap is 0 when the engine captures no graphs, ``graphs=False``)."""
         src = self.scheduler
         if isinstance(src, SchedulerConfig):
             values = {f.name: getattr(src, f.name) for f in fields(SchedulerConfig)}
@@ -77,7 +82,8 @@ class EngineConfig:
             unknown = set(values) - {f.name for f in fields(SchedulerConfig)}
             if unknown:
                 raise ValueError(f"unknown scheduler fields: {sorted(unknown)}")
-        values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs)
+        values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs,
+                      piecewise_max_tokens=self.piecewise_max_tokens if graphs else 0)
         values["max_model_len"] = min(int(values.get("max_model_len", max_model_len)), max_model_len)
         cfg = SchedulerConfig(**values)
         cfg.validate()

@@ -25,7 +25,8 @@ class CudaGraphRunner:
     ``static[:3bs]`` and plans the attention backend's graph wrapper for ``bs``.
     """
 
-    def __init__(self, model: CausalLM, attn, pool: KVPool, max_graph_bs: int) -> None:
+    def __init__(self, model: CausalLM, attn, pool: KVPool, max_graph_bs: int,
+                 stream: "torch.cuda.Stream | None" = None) -> None:
         self.model = model
         self.attn = attn
         self.pool = pool
@@ -35,6 +36,7 @@ class CudaGraphRunner:
         self.static = torch.zeros(3 * self.max_bs, dtype=torch.int64, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
+        self.stream = stream or torch.cuda.Stream()  # the capture stream (shared: see ModelRunner)
         attn.init_graphs(self.sizes)
         self._capture_all()
 
@@ -53,7 +55,7 @@ class CudaGraphRunner:
     def _capture_all(self) -> None:
         s = self.static
         pool_handle = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream()
+        stream = self.stream
         for bs in sorted(self.sizes, reverse=True):
             s.zero_()
             s[2 * bs:3 * bs] = self.pool.scratch_page * self.pool.page_size

@@ -49,7 +49,8 @@ class Engine:
     when the previous step was still running at launch), ``wait_s`` (blocked on the device
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
-    ``reset_clock``; the host span on CPU).
+    ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
+    whose dense layers replayed piecewise graphs; 0 otherwise).
 
     Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
     scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them
@@ -156,6 +157,7 @@ class Engine:
             rec.extra.update(iter_start=t - self._t0, sched_s=t_s - t, launch_s=fl.launch_s,
                              launch_end=time.perf_counter() - self._t0, replay_end=fl.replay_at - self._t0,
                              plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
+                             graph_tokens=float(fl.graph_tokens),
                              device_busy=float(fl.device_busy))
             launched = (fl, rec)
         if self._inflight is not None:

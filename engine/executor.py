@@ -95,7 +95,8 @@ class RankExecutor:
             activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype, tp.size), cfg.cpu_kv_tokens)
         num_pages = agree_pages(int(local_pages))
         self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device)
-        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
+        graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
+        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len, graphs)
 
         max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
         spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,
@@ -105,6 +106,6 @@ class RankExecutor:
             kw["decode_tensor_cores"] = cfg.decode_tensor_cores
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
-                                  use_graphs=cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs),
+                                  use_graphs=graphs,
                                   max_graph_bs=cfg.max_graph_bs,
-                                  wait_event=wait_event)
+                                  wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens)

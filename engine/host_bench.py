@@ -146,12 +146,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ctx", type=int, default=512, help="prompt length of the decoding requests")
     ap.add_argument("--prompt", type=int, default=128, help="prompt length of each mixed step's new request")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
+                    help="largest step whose dense layers replay piecewise CUDA graphs (0: none)")
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
     t = time.perf_counter()
-    eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"))
+    eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
+                       piecewise_max_tokens=args.piecewise_max_tokens)
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []

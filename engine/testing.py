@@ -25,3 +25,29 @@ def random_prompts(lengths: Sequence[int], vocab: int = 1024, seed: int = 0) -> 
     """Prompts of the given lengths, ids uniform in [3, vocab) (no pad/bos/eos)."""
     rng = np.random.default_rng(seed)
     return [rng.integers(3, vocab, n).tolist() for n in lengths]
+
+
+def plan_sequences(attn, seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]], page_size: int):
+    """Plan ``attn`` for one step of ``seqs`` = (new token ids, start position, page ids) and
+    return its ``(ids, positions, slots)`` tensors: the inputs of a forward, without a scheduler."""
+    import torch
+
+    from twinserve.engine.attention.base import AttentionInputs
+
+    ids, pos, slots, qo, kv, indptr, indices, last = [], [], [], [], [], [0], [], []
+    for toks, start, pages in seqs:
+        n = len(toks)
+        p = np.arange(start, start + n)
+        ids += list(toks)
+        pos += p.tolist()
+        slots += [pages[t // page_size] * page_size + t % page_size for t in p]
+        total = start + n
+        npg = -(-total // page_size)
+        qo.append(n)
+        kv.append(total)
+        indices += list(pages[:npg])
+        indptr.append(len(indices))
+        last.append(total - (npg - 1) * page_size)
+    i32 = lambda a: np.asarray(a, dtype=np.int32)  # noqa: E731
+    attn.plan(AttentionInputs(i32(qo), i32(kv), i32(indptr), i32(indices), i32(last), decode_only=False))
+    return torch.tensor(ids), torch.tensor(pos), torch.tensor(slots)

@@ -44,7 +44,8 @@ class AttentionBackend(Protocol):
     Contract: ``plan(inputs)`` is called once per step before the forward; then for every layer
     ``forward(layer, q, k, v, slots)`` first stores ``k``/``v`` [T, Hk, D] at the flat pool
     ``slots`` [T], then returns the causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over
-    each row's pages. Backends with ``supports_cuda_graphs`` also implement
+    each row's pages, into ``out`` [T, Hq, D] when given (the piecewise CUDA graphs' buffer).
+    Backends with ``supports_cuda_graphs`` also implement
     ``graph_batch_sizes`` capture/replay hooks used by the runner (see flashinfer_backend.py).
     """
 
@@ -54,7 +55,7 @@ class AttentionBackend(Protocol):
     def plan(self, inputs: AttentionInputs) -> None: ...
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slots: torch.Tensor) -> torch.Tensor: ...
+                slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

@@ -97,10 +97,10 @@ class FlashInferAttention:
 
     # ---- running -------------------------------------------------------------------------
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slots: torch.Tensor) -> torch.Tensor:
+                slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         self.pool.write(layer, slots, k, v)
         # q may be a strided view (the kernels read its row and head strides); the prefill
         # wrapper would zero-fill an output of its own (one more kernel launch per layer)
-        if self._active is self.prefill:
-            return self.prefill.run(q, self._kv[layer], out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
-        return self._active.run(q, self._kv[layer])  # type: ignore[union-attr]
+        if out is None and self._active is self.prefill:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        return self._active.run(q, self._kv[layer], out=out)  # type: ignore[union-attr]

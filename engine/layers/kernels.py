@@ -19,9 +19,11 @@ class Kernels(Protocol):
 
     ``add_rms_norm`` returns ``(rms_norm(x + residual), x + residual)`` and may reuse the input
     buffers. ``rms_norm_`` writes ``rms_norm(x)`` into ``x`` itself (which may be a strided view,
-    e.g. the heads [T, H, D] of a fused QKV output) and returns it. ``rope`` rotates ``q`` [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
+    e.g. the heads [T, H, D] of a fused QKV output) and returns it. ``rope`` rotates ``q``
+    [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
     half of each head) at ``positions`` using ``cos_sin`` [max_pos, D] (float32; cos in the first
-    half, sin in the second) and returns the rotated pair, possibly in place.
+    half, sin in the second) in place (both may be strided views of a fused QKV output) and
+    returns them.
     """
 
     name: str
@@ -71,7 +73,9 @@ class TorchKernels:
         half = cs.shape[-1] // 2
         cos = torch.cat([cs[:, :half], cs[:, :half]], dim=-1).unsqueeze(1).to(q.dtype)
         sin = torch.cat([cs[:, half:], cs[:, half:]], dim=-1).unsqueeze(1).to(q.dtype)
-        return self._rotate(q, cos, sin, head_dim), self._rotate(k, cos, sin, head_dim)
+        q.copy_(self._rotate(q, cos, sin, head_dim))
+        k.copy_(self._rotate(k, cos, sin, head_dim))
+        return q, k
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:

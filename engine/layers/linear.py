@@ -73,8 +73,13 @@ class ColumnParallelLinear(nn.Module):
         offset = sum(self.local_sizes[:part])
         param.data.narrow(0, offset, local).copy_(as_tensor(src))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``x W^T (+ b)``; into ``out`` ([T, out_local], contiguous) when given."""
+        if out is None:
+            return F.linear(x, self.weight, self.bias)
+        if self.bias is None:
+            return torch.mm(x, self.weight.t(), out=out)
+        return torch.addmm(self.bias, x, self.weight.t(), out=out)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):

@@ -29,7 +29,13 @@ class ForwardContext:
 
 
 class Attention(nn.Module):
-    """Fused-QKV self-attention: optional per-head q/k RMSNorm (Qwen3), RoPE, paged attention."""
+    """Fused-QKV self-attention: optional per-head q/k RMSNorm (Qwen3), RoPE, paged attention.
+
+    The layer runs it in three parts so the attention call can sit between two CUDA graphs:
+    ``project`` (fused QKV, norms and RoPE in place), ``heads`` (q, k, v as views of that one
+    tensor: the KV pool writes the adjacent k and v with one copy, `KVPool.write`), then the
+    backend's attention and ``o_proj``.
+    """
 
     def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPGroup, kernels: Kernels,
                  rope: torch.Tensor, dtype: torch.dtype) -> None:
@@ -49,18 +55,24 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.rope = rope
 
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+    def project(self, x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused [T, q+k+v] projection with q/k normed and rotated in place (into ``out`` if
+        given: a [T, q+k+v] buffer, as the piecewise CUDA graphs use)."""
         t = x.shape[0]
         d = self.head_dim
-        # q, k and v stay views of the fused output: the norms and RoPE work in place, and the
-        # KV pool writes the adjacent k and v with one copy (`KVPool.write`)
-        q, k, v = self.qkv_proj(x).split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+        qkv = self.qkv_proj(x, out=out)
+        q, k, _ = qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
         if self.q_norm is not None:
             self.q_norm.inplace(q.view(t, -1, d))
             self.k_norm.inplace(k.view(t, -1, d))
-        q, k = self.kernels.rope(ctx.positions, q, k, d, self.rope)
-        o = ctx.attn.forward(self.layer_id, q.view(t, -1, d), k.view(t, -1, d), v.view(t, -1, d), ctx.slots)
-        return self.o_proj(o.reshape(t, -1))
+        self.kernels.rope(positions, q, k, d, self.rope)
+        return qkv
+
+    def heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v as [T, heads, D] views of a fused projection (no copy)."""
+        t, d = qkv.shape[0], self.head_dim
+        q, k, v = qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+        return q.view(t, -1, d), k.view(t, -1, d), v.view(t, -1, d)
 
 
 class MLP(nn.Module):
@@ -78,7 +90,11 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm block; carries the residual stream separately so norms can fuse the add."""
+    """Pre-norm block; carries the residual stream separately so norms can fuse the add.
+
+    ``forward`` = ``pre`` -> attention -> ``post``; the halves are what the piecewise CUDA graphs
+    (engine/piecewise_graph.py) capture, with the attention run eagerly between them.
+    """
 
     def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPGroup, kernels: Kernels,
                  rope: torch.Tensor, dtype: torch.dtype) -> None:
@@ -88,15 +104,26 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels, dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels, dtype)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, ctx: ForwardContext):
+    def pre(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
+            qkv_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The half before attention: ``(fused qkv, residual)`` (see `Attention.project`)."""
         if residual is None:
             residual = x
             h = self.input_layernorm(x)
         else:
             h, residual = self.input_layernorm(x, residual)
-        h = self.self_attn(h, ctx)
-        h, residual = self.post_attention_layernorm(h, residual)
+        return self.self_attn.project(h, positions, out=qkv_out), residual
+
+    def post(self, o: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The half after attention: o [T, q] -> ``(mlp output, residual)``."""
+        h, residual = self.post_attention_layernorm(self.self_attn.o_proj(o), residual)
         return self.mlp(h), residual
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, ctx: ForwardContext):
+        qkv, residual = self.pre(x, residual, ctx.positions)
+        q, k, v = self.self_attn.heads(qkv)
+        o = ctx.attn.forward(self.self_attn.layer_id, q, k, v, ctx.slots)
+        return self.post(o.reshape(x.shape[0], -1), residual)
 
 
 class DecoderModel(nn.Module):

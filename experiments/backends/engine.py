@@ -69,13 +69,14 @@ def engine_config(ctx: RunContext) -> Any:
         (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
         model_path, load_format = str(mdir), "dummy"
     knobs = {f.name for f in fields(SchedulerConfig)}
-    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ("page_size", "max_graph_bs")}
+    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ("page_size", "max_graph_bs", "piecewise_max_tokens")}
     if cfg["model"].get("max_model_len"):
         sched["max_model_len"] = int(cfg["model"]["max_model_len"])
     ecfg = EngineConfig(
         model=str(model_path), load_format=load_format,
         page_size=int(cfg["scheduler"].get("page_size", 16)),
         max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
+        piecewise_max_tokens=int(cfg["scheduler"].get("piecewise_max_tokens", 2048)),
         mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
         scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
         cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},

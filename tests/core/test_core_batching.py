@@ -187,6 +187,7 @@ def test_features_follow_the_batch() -> None:
     assert (f.num_decodes, f.num_prefills, f.new_tokens) == (1, 1, 6)
     assert f.decode_ctx == 7 and f.prefill_tokens == 5 and f.prefill_ctx == 5
     assert f.prefill_attn == 5 * 6 // 2 and f.padded_decodes == 1 and f.max_ctx == 7
+    assert f.padded_tokens == 16  # a mixed step: its piecewise graph's size
     rec = s.record(b, 1.0, 0.5)
     assert rec.as_row()["new_tokens"] == 6 and rec.used_pages == 4
     np.testing.assert_array_equal(b.reqs[0].output_ids, [7, -1])
@@ -209,3 +210,25 @@ def test_recompute_longer_than_the_budget_runs_alone_without_chunking() -> None:
     s.add(b)
     ended = drain(s)
     assert sorted(r.rid for r in ended) == [0, 1] and b.num_preemptions >= 1
+
+
+def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
+    from twinserve.core.batch import BatchFeatures, dense_layers
+
+    assert dense_layers(3, 3, True) == (4, False)  # a decode graph of 4
+    assert dense_layers(300, 300, True, max_graph_bs=256) == (320, False)  # decodes beyond the graphs: pieces
+    assert dense_layers(130, 2, False) == (144, False)
+    assert dense_layers(3000, 2, False) == (3000, True)  # eager above 2048 tokens
+    assert dense_layers(130, 2, False, piecewise_max_tokens=0) == (130, True)  # no piecewise graphs
+    assert BatchFeatures(new_tokens=7).padded_tokens == 7  # left unset: the new tokens
+    s = make_sched(cache="none", max_graph_bs=8)
+    for i in range(10):
+        s.add(make_req(i, 3, max_tokens=4))
+    step(s, 0)
+    f = s.stretch_features(2)
+    assert [(x.padded_tokens, x.eager_step) for x in f] == [(16, 0), (16, 0)]  # 10 decodes > 8: pieces
+    big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024,
+                     piecewise_max_tokens=2048)
+    big.add(make_req(0, 3000, max_tokens=2))
+    g = big.schedule(0).features()
+    assert (g.padded_tokens, g.eager_step) == (3000, 1)

@@ -83,6 +83,36 @@ def test_gpu_prefill_logits_bf16(shape, tiny_model_dir, hf_model):
     assert our_err <= 2 * hf_err + 0.02
 
 
+@pytest.mark.parametrize("shape", sorted(GPU_SHAPES))
+def test_gpu_piecewise_graphs_match_the_eager_forward(shape, tiny_model_dir):
+    """The captured pieces, replayed over padded buffers, give the eager forward's logits."""
+    from twinserve.core.request import Req
+    from twinserve.engine.models.decoder import ForwardContext
+    from twinserve.engine.step_inputs import build_step_inputs
+
+    d = tiny_model_dir(GPU_SHAPES[shape])
+    llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=256, max_graph_bs=8, piecewise_max_tokens=256)
+    eng = llm.engine
+    pieces = eng.runner.pieces
+    assert pieces is not None and len(pieces.graphs) == len(pieces.sizes) * (pieces.num_layers + 1)
+    for i, n in enumerate((77, 30)):  # the second, shorter step is padded over the first's rows
+        req = Req(10**9 + i, random_prompts([n], seed=11 + i)[0], SamplingParams(max_tokens=1, temperature=0))
+        eng.scheduler.add(req)
+        batch = eng.scheduler.schedule(0.0)
+        inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
+        v = inp.views(inp.packed.to(eng.device))
+        with torch.inference_mode():
+            eng.attn.plan(inp.attn)
+            want = eng.model.compute_logits(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)))
+            eng.attn.plan(inp.attn)
+            t = pieces.size_for(n)
+            got = eng.model.compute_logits(pieces.forward(t, v["ids"], v["positions"], v["slots"]))
+        err = (got.float() - want.float()).abs().max().item()
+        print(f"{shape} n={n} padded to {t}: max |dlogit| piecewise vs eager {err:.4f}")
+        assert t > n and err <= 0.02
+        eng.scheduler.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
+
+
 def _near_greedy(hf32, prompt: list[int], toks: list[int]) -> float:
     ids = torch.tensor([prompt + toks], device="cuda")
     with torch.no_grad():
@@ -115,6 +145,8 @@ def test_gpu_generation_is_greedy_bf16(extra, tiny_model_dir, hf_model):
         print(f"prompt {len(p)}: max gap {gap:.3f}, exact prefix vs transformers bf16 {match}/{N_OUT}")
         assert gap <= GAP
     llm.engine.scheduler.check_invariants()
+    piecewise = [r.extra["graph_tokens"] > 0 for r in llm.engine.steps]
+    assert any(piecewise) == llm.engine.runner.use_graphs  # prefills replayed the pieces
     if "cache" in extra:
         assert llm.engine.scheduler.num_preemptions > 0
 

@@ -7,11 +7,10 @@ together with a second sequence in the same batch, so paging, offsets and batchi
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from twinserve.engine.attention.base import AttentionInputs, AttentionSpec
+from twinserve.engine.attention.base import AttentionSpec
 from twinserve.engine.attention.torch_backend import TorchAttention
 from twinserve.engine.kv_pool import KVGeometry, KVPool
 from twinserve.engine.layers.kernels import TorchKernels
@@ -19,7 +18,7 @@ from twinserve.engine.loader import load_weights
 from twinserve.engine.model_config import ModelConfig
 from twinserve.engine.models import build_model
 from twinserve.engine.models.decoder import ForwardContext
-from twinserve.engine.testing import TINY_FAMILIES as FAMILIES, random_prompts
+from twinserve.engine.testing import TINY_FAMILIES as FAMILIES, plan_sequences, random_prompts
 
 ATOL = 1e-4
 PAGE = 4
@@ -27,24 +26,8 @@ PAGE = 4
 
 def _run_step(model, attn, seqs):
     """seqs: list of (token ids [n], start, pages) → logits of every new token, concatenated."""
-    ids, pos, slots, qo, kv, indptr, indices, last = [], [], [], [], [], [0], [], []
-    for toks, start, pages in seqs:
-        n = len(toks)
-        p = np.arange(start, start + n)
-        ids += list(toks)
-        pos += p.tolist()
-        slots += [pages[t // PAGE] * PAGE + t % PAGE for t in p]
-        total = start + n
-        npg = -(-total // PAGE)
-        qo.append(n)
-        kv.append(total)
-        indices += pages[:npg]
-        indptr.append(len(indices))
-        last.append(total - (npg - 1) * PAGE)
-    i32 = lambda a: np.asarray(a, dtype=np.int32)  # noqa: E731
-    attn.plan(AttentionInputs(i32(qo), i32(kv), i32(indptr), i32(indices), i32(last), decode_only=False))
-    ctx = ForwardContext(torch.tensor(pos), torch.tensor(slots), attn)
-    return model.compute_logits(model(torch.tensor(ids), ctx))
+    ids, pos, slots = plan_sequences(attn, seqs, PAGE)
+    return model.compute_logits(model(ids, ForwardContext(pos, slots, attn)))
 
 
 @pytest.mark.parametrize("shape", FAMILIES)
