@@ -13,33 +13,29 @@ from twinserve.simulator.cost.calibration import (
 )
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
-    FOLDS, REGIME_NAMES, fit_linear, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
+    FOLDS, REGIME_NAMES, fit_linear, with_derived_features, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
-    "prefill": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx"),
-    "mixed": ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
+    "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx"),
+    "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
-# Knots tried for a hinge on the step's tokens in the eager regimes' default terms: below the
-# knot the GEMMs are bound by weight reads, above it by compute (`_choose_hinge`).
-HINGE_FEATURE = "new_tokens"
+# Knots tried for a hinge on the dense layers' rows in the eager regimes' default terms: below
+# the knot the GEMMs are bound by weight reads, above it by compute (`_choose_hinge`).
+HINGE_FEATURE = "padded_tokens"
 HINGE_KNOTS: tuple[int, ...] = (256, 512, 1024, 2048)
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
+# An eager step in a slow-host episode is still fitted when its span exceeds this many times
+# its launch (the device, not the host, set its pace).
+DEVICE_BOUND_RATIO = 2.0
 SHARED_MIN_SHARE = 0.02
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
-
-
-def with_unique_ctx(steps: pd.DataFrame) -> pd.DataFrame:
-    """``steps`` with a ``decode_unique_ctx`` column (profiles recorded before it: no sharing)."""
-    if "decode_unique_ctx" in steps:
-        return steps
-    return steps.assign(decode_unique_ctx=steps["decode_ctx"])
 
 
 def shares_kv(steps: pd.DataFrame, min_share: float = SHARED_MIN_SHARE) -> bool:
@@ -75,14 +71,15 @@ def fit_calibration(
     ``decode_offsets``). With the engine's timeline (and ``overlap``), device work is read off
     it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
     steps it finds in slow-host episodes are left out of the device fits and errors (their
-    spans may be paced by the slow host). Without explicit ``terms``, the prefill and mixed
-    fits may get a hinge on ``new_tokens``, chosen inside each fold (`_choose_hinge`), and
+    spans may be paced by the slow host), unless their span exceeds ``DEVICE_BOUND_RATIO``
+    times their launch. Without explicit ``terms``, the prefill and mixed
+    fits may get a hinge on ``padded_tokens``, chosen inside each fold (`_choose_hinge`), and
     the decode and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
     has steps whose decodes share KV pages (`shares_kv`): a shared page costs its first read
     at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s.
     """
     hinges = terms is None
-    steps = with_unique_ctx(steps)
+    steps = with_derived_features(steps)
     terms = dict(DEFAULT_TERMS if terms is None else terms)
     if hinges and shares_kv(steps):
         terms = {k: (*v, SHARED_TERM) if "decode_ctx" in v else v for k, v in terms.items()}
@@ -99,7 +96,10 @@ def fit_calibration(
         hres = fit_host(steps, rng, tl=tl, sync=sync, episodes=episodes)
         # eager spans in a slow-host episode may be paced by the host: left out; a graph step's
         # device work (after its launch) loses only the host's last few launch calls: kept
-        host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool))
+        # device work over DEVICE_BOUND_RATIO times the step's whole launch: the span cannot
+        # have been paced by the host, slow or not (long prefills): kept as well
+        long = steps["duration"].to_numpy(np.float64) > DEVICE_BOUND_RATIO * steps["launch_s"].to_numpy(np.float64)
+        host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool) & ~long)
         usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal
         eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool) & normal
         tails = tl["tail_s"].to_numpy(np.float64)[eager_idle]
@@ -197,7 +197,7 @@ class _RegimeModel:
 
 
 def _choose_hinge(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> list[str]:
-    """The model's terms plus the hinge ``new_tokens>k`` whose knot (from ``HINGE_KNOTS``, or
+    """The model's terms plus the hinge ``padded_tokens>k`` whose knot (from ``HINGE_KNOTS``, or
     none) gives the lowest k-fold cross-validated MAPE on ``rows`` alone (so that an outer fold's
     held-out rows play no part in its choice). Fewer than ``min_rows`` rows: the terms as given."""
     if rows.sum() < min_rows:
@@ -255,7 +255,7 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
     """Each step's predicted device span (the engine's ``duration``): the regime's device fit,
     and, when ``cal`` has host fits and ``steps`` the engine's timeline, the launch coupling
     of `span_error` (measured start and launch end)."""
-    steps = with_unique_ctx(steps)
+    steps = with_derived_features(steps)
     reg = regime_of(steps).to_numpy()
     g = np.zeros(len(steps))
     for name in REGIME_NAMES:

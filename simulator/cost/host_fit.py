@@ -27,12 +27,12 @@ import pandas as pd
 
 from twinserve.simulator.cost.calibration import HostFit, LinearFit
 from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
-from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix
+from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix, with_derived_features
 from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
     "sched": ("1", "num_seqs", "new_tokens"),
-    "launch": ("1", "num_seqs", "new_tokens"),
+    "launch": ("1", "num_seqs", "new_tokens", "eager_step"),
     "complete": ("1", "num_seqs"),
     "loop": ("1", "num_seqs"),
     "pre": ("1", "num_seqs"),
@@ -143,6 +143,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     once by another (below 3x their median). ``episodes``: refit without the slow-host episodes
     that the previous fit reveals, until they stop changing (``EPISODE_ROUNDS`` at most; module
     docstring); ``slow_factor`` is measured against the final fit."""
+    steps = with_derived_features(steps)
     none = pd.Series(False, index=steps.index)
     if not all(c in steps for c in TIMELINE_COLUMNS):
         return HostFitResult(None, none)
@@ -216,7 +217,10 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
 
     launch: dict[str, LinearFit | None] = {}
     for name in REGIME_NAMES:
-        ok = keep & (y.regime == name) & np.isfinite(y.launch)
+        mine = (y.regime == name) & np.isfinite(y.launch)
+        ok = keep & mine
+        if ok.sum() < 5:  # the episodes took (nearly) all of a regime: its own rows beat another's
+            ok = mine
         if ok.sum() >= 5:
             launch[name] = one(ok, y.launch, terms["launch"])
     if "decode" not in launch or "prefill" not in launch:
@@ -245,7 +249,7 @@ def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tu
     of its host parts (`host_episodes.speed_factor` over ``window`` steps). A diagnostic: the
     simulator can replay it (`simulator.host_speed.HostSpeed`) to tell how much of its error a
     run's slow-host episodes explain."""
-    st = steps.dropna(subset=list(TIMELINE_COLUMNS)).sort_values("iter_start", kind="stable")
+    st = with_derived_features(steps).dropna(subset=list(TIMELINE_COLUMNS)).sort_values("iter_start", kind="stable")
     if len(st) == 0:
         return np.zeros(0), np.zeros(0)
     tl = timeline_frame(st) if has_timeline(st) else None

@@ -92,3 +92,21 @@ def fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], rng: np.ra
         return coef, mape(X @ coef, y), len(df), 0
     oof = out_of_fold(lambda tr: X @ nnls_rows(X, y, tr, relative, trim), fold_ids(len(df), rng, folds))
     return coef, mape(oof, y), len(df), len(df)
+
+
+def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` with the ``decode_unique_ctx``, ``padded_tokens`` and ``eager_step`` columns;
+    profiles recorded before them get what held then (no KV sharing; dense rows =
+    ``new_tokens``; every step eager but a decode graph, or a piecewise-graph step where the
+    engine's ``graph_tokens`` column records one)."""
+    add = {}
+    if "decode_unique_ctx" not in steps:
+        add["decode_unique_ctx"] = steps["decode_ctx"]
+    if "padded_tokens" not in steps:
+        add["padded_tokens"] = steps["new_tokens"]
+    if "eager_step" not in steps:  # the engine's graph_tokens says which steps took the pieces
+        graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
+        if "graph_tokens" in steps:
+            graph |= steps["graph_tokens"].fillna(0) > 0
+        add["eager_step"] = (~graph).astype(np.int64)
+    return steps.assign(**add) if add else steps

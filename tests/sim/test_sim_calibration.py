@@ -9,15 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from twinserve.core.batch import dense_layers
 from twinserve.simulator.cost import (COST_MODELS, Calibration, Provenance, StepNoise,
                                       find_calibration, fit_calibration)
 from twinserve.simulator.cost.nnls import nnls
 
-TRUE_PREFILL_TERMS = ("1", "num_seqs", "new_tokens", "prefill_attn", "prefill_ctx")
+TRUE_PREFILL_TERMS = ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx")
 TRUE = {
     "decode": {"1": 4e-3, "num_seqs": 2e-5, "decode_ctx": 3e-9, "padded_decodes": 1e-5},
-    "prefill": {"1": 5e-3, "num_seqs": 0.0, "new_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0},
-    "mixed": {"1": 6e-3, "num_seqs": 1e-5, "new_tokens": 6e-5, "prefill_attn": 2e-10,
+    "prefill": {"1": 5e-3, "num_seqs": 0.0, "padded_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0},
+    "mixed": {"1": 6e-3, "num_seqs": 1e-5, "padded_tokens": 6e-5, "prefill_attn": 2e-10,
               "prefill_ctx": 0.0, "decode_ctx": 3e-9},
 }
 
@@ -37,6 +38,8 @@ def synthetic_steps(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
                    prefill_ctx=start + pt if npf else 0,
                    prefill_attn=pt * start + pt * (pt + 1) // 2, padded_decodes=nd + (-nd) % 8,
                    max_ctx=8000)
+        # the dense rows: padded to a piecewise-graph size up to 2048 tokens, exact above
+        row["padded_tokens"], _ = dense_layers(row["new_tokens"], nd, kind == "decode")
         y = sum(c * (1 if t == "1" else row[t]) for t, c in TRUE[kind].items())
         row["duration"] = y * float(np.exp(rng.normal(0, noise))) if noise else y
         row["cpu_s"] = 2e-4 + 3e-6 * row["num_seqs"]
