@@ -24,6 +24,7 @@ from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.executor import RankExecutor, resolve_device
+from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
 from twinserve.engine.runner import InFlight
@@ -186,8 +187,9 @@ class Engine:
                seed: int = 0) -> float:
         """Run throw-away requests (one prompt of each length that fits, then ``decodes``
         concurrent short ones) so that kernel selection and allocator growth happen before
-        timed work, the way a server warms up; then flush the prefix cache and drop their step
-        records. Only while idle; returns the seconds it took."""
+        timed work, the way a server warms up; then flush the prefix cache, drop their step
+        records and freeze the heap (`heap.settle_heap`: no full garbage collection walks the
+        startup objects during serving). Only while idle; returns the seconds it took."""
         if self.has_work():
             raise RuntimeError("warmup() needs an idle engine")
         from twinserve.core.sampling import SamplingParams
@@ -210,6 +212,7 @@ class Engine:
             self.step()
         self.flush_cache()
         del self.steps[n0:]
+        settle_heap()
         return time.perf_counter() - t0
 
     def flush_cache(self) -> int:
@@ -242,7 +245,8 @@ class Engine:
 
     def shutdown(self) -> None:
         """Drain the in-flight step, stop the other tensor-parallel ranks and free device
-        memory; the engine is unusable afterwards."""
+        memory; the engine is unusable afterwards. Unfreezes the heap (`heap.unsettle_heap`), so
+        that whatever the frozen objects held can be collected again."""
         try:
             if self._inflight is not None and (self.tp is None or self.tp.failed is None):
                 self._finish(self._inflight[0])
@@ -253,6 +257,7 @@ class Engine:
             for name in ("runner", "attn", "pool", "model", "executor"):
                 if hasattr(self, name):
                     delattr(self, name)
+            unsettle_heap()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 

@@ -10,6 +10,7 @@ from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
+from twinserve.engine.heap import settle_heap
 
 
 def replay_workload(engine_cfg: EngineConfig, workload, progress: bool = True,
@@ -59,6 +60,7 @@ def _replay(eng: Engine, workload, progress: bool, answers: bool = True) -> list
     reqs: list[Req] = []
     skipped = 0
     i = 0
+    settle_heap()  # the requests are built: freeze them with the rest before the clock starts
     eng.reset_clock()
     while i < len(specs) or eng.has_work():
         now = eng.now()

@@ -20,6 +20,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
+from twinserve.engine.heap import settle_heap
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import (
     AbortRequest, Accepted, EngineStats, ErrorReply, GenerateRequest, StepInputs, StepOutputs,
@@ -152,6 +153,7 @@ class EngineLoop:
 def run(cfg: EngineWorkerConfig, ctx: ChildContext) -> None:
     """Child entry: build the engine, bind the input socket, handshake, serve until SIGTERM."""
     engine = resolve(cfg.engine_factory)(cfg.engine_cfg)
+    settle_heap()  # built (and warmed up, where the factory does): no full collection walks it
     inbox = pull_socket(ctx.zmq_ctx, ctx.paths.engine)
     out = push_socket(ctx.zmq_ctx, ctx.paths.detokenizer)
     try:

@@ -126,3 +126,16 @@ def test_add_rejects_bad_input(tiny_model_dir):
         eng.add(Req(1, [5], SamplingParams(max_tokens=10_000)))  # longer than the pool/model
     with pytest.raises(ValueError):
         eng.add(Req(2, [5], SamplingParams(top_p=0.0)))
+
+
+def test_warmup_freezes_the_heap_and_shutdown_thaws_it(tiny_model_dir):
+    import gc
+
+    gc.unfreeze()
+    llm = LLM(str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=1024)
+    assert gc.get_freeze_count() == 0
+    llm.engine.warmup()
+    # a full collection now skips the startup objects (torch, the model, the app)
+    assert gc.get_freeze_count() > 10_000
+    llm.shutdown()
+    assert gc.get_freeze_count() == 0
