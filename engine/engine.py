@@ -173,7 +173,9 @@ class Engine:
 
     def set_mode(self, overlap: bool | None = None, cuda_graphs: bool | None = None) -> None:
         """Switch overlap scheduling and/or graph replay (graphs must have been captured) while
-        idle; used to measure each one's contribution on one engine."""
+        idle; used to measure each one's contribution on one engine. The scheduler's
+        ``piecewise_max_tokens`` follows, so that the step records' ``padded_tokens`` and
+        ``eager_step`` describe what ran."""
         if self.has_work():
             raise RuntimeError("set_mode() needs an idle engine")
         if overlap is not None:
@@ -182,6 +184,8 @@ class Engine:
             if cuda_graphs and self.runner.graphs is None:
                 raise ValueError("this engine captured no CUDA graphs")
             self.runner.use_graphs = cuda_graphs
+            pieces = self.runner.pieces
+            self.scheduler.config.piecewise_max_tokens = pieces.max_tokens if cuda_graphs and pieces else 0
 
     def warmup(self, prompt_lens: tuple[int, ...] = (16, 128, 512, 2048, 8192), decodes: int = 32,
                seed: int = 0) -> float:

@@ -88,3 +88,20 @@ def test_the_runner_drives_the_pieces_to_transformers_tokens(tiny_model_dir, hf_
     tokens = [r.features.new_tokens for r in llm.engine.steps]
     assert any(p > 0 for p in padded) and any(p == 0 for p in padded)  # 40-token steps ran eagerly
     assert all(p == padded_token_count(n, 32) for p, n in zip(padded, tokens))
+
+
+def test_switching_graphs_off_makes_the_features_say_eager(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=2048)
+    eng = llm.engine
+    eng.runner.pieces = PiecewiseGraphs(eng.runner.model, eng.runner.attn, max_tokens=64, capture=False)
+    eng.scheduler.config.piecewise_max_tokens = 64  # as an engine that captured them sets it
+    params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
+    eng.runner.use_graphs = True
+    llm.generate(random_prompts([20], seed=2), params, use_tqdm=False)
+    on = eng.steps[-2]  # the prefill (then one decode)
+    eng.set_mode(cuda_graphs=False)
+    llm.generate(random_prompts([20], seed=3), params, use_tqdm=False)
+    off = eng.steps[-2]
+    assert (on.features.padded_tokens, on.features.eager_step, on.extra["graph_tokens"]) == (32, 0, 32)
+    assert (off.features.padded_tokens, off.features.eager_step, off.extra["graph_tokens"]) == (20, 1, 0)
+    assert eng.scheduler.config.piecewise_max_tokens == 0
