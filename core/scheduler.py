@@ -202,7 +202,8 @@ class Scheduler:
                     on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
-                     self.config.max_graph_bs, self._shared_ctx(nodes, cached), self.config.piecewise_max_tokens)
+                     self.config.max_graph_bs, self._shared_ctx(nodes, cached),
+                     self.config.piecewise_max_tokens)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that

@@ -22,8 +22,9 @@ class EngineConfig:
       on GPU (free memory after weights − activation reserve) × ``mem_fraction``, on CPU
       ``cpu_kv_tokens / page_size``.
     - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size,
-      num_pages, max_graph_bs and piecewise_max_tokens are overwritten by the engine, max_model_len defaults to the
-      model's. ``scheduling``/``memory``/``cache`` are policy names (+ ``*_kwargs``).
+      num_pages, max_graph_bs and piecewise_max_tokens are overwritten by the engine,
+      max_model_len defaults to the model's. ``scheduling``/``memory``/``cache`` are policy
+      names (+ ``*_kwargs``).
     - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only),
       and every other step of up to ``piecewise_max_tokens`` tokens replays its dense layers as
       piecewise graphs with the attention eager (engine/piecewise_graph.py; 0 turns them off).

@@ -13,7 +13,8 @@ from twinserve.simulator.cost.calibration import (
 )
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
-    FOLDS, REGIME_NAMES, fit_linear, with_derived_features, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
+    FOLDS, REGIME_NAMES, fit_linear, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
+    with_derived_features,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
@@ -30,10 +31,10 @@ HINGE_KNOTS: tuple[int, ...] = (256, 512, 1024, 2048)
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
+SHARED_MIN_SHARE = 0.02
 # An eager step in a slow-host episode is still fitted when its span exceeds this many times
 # its launch (the device, not the host, set its pace).
 DEVICE_BOUND_RATIO = 2.0
-SHARED_MIN_SHARE = 0.02
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
 
@@ -95,10 +96,11 @@ def fit_calibration(
         sync = (detect_sync(steps, tl, graph=True), detect_sync(steps, tl, graph=False))
         hres = fit_host(steps, rng, tl=tl, sync=sync, episodes=episodes)
         # eager spans in a slow-host episode may be paced by the host: left out; a graph step's
-        # device work (after its launch) loses only the host's last few launch calls: kept
-        # device work over DEVICE_BOUND_RATIO times the step's whole launch: the span cannot
-        # have been paced by the host, slow or not (long prefills): kept as well
-        long = steps["duration"].to_numpy(np.float64) > DEVICE_BOUND_RATIO * steps["launch_s"].to_numpy(np.float64)
+        # device work (after its launch) loses only the host's last few launch calls: kept;
+        # so is a span over DEVICE_BOUND_RATIO times its whole launch (long prefills): the host,
+        # slow or not, cannot have set its pace
+        launch = steps["launch_s"].to_numpy(np.float64)
+        long = steps["duration"].to_numpy(np.float64) > DEVICE_BOUND_RATIO * launch
         host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool) & ~long)
         usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal
         eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool) & normal

@@ -27,7 +27,9 @@ import pandas as pd
 
 from twinserve.simulator.cost.calibration import HostFit, LinearFit
 from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
-from twinserve.simulator.cost.linear import REGIME_NAMES, fit_linear, regime_of, term_matrix, with_derived_features
+from twinserve.simulator.cost.linear import (
+    REGIME_NAMES, fit_linear, regime_of, term_matrix, with_derived_features,
+)
 from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
@@ -249,7 +251,8 @@ def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tu
     of its host parts (`host_episodes.speed_factor` over ``window`` steps). A diagnostic: the
     simulator can replay it (`simulator.host_speed.HostSpeed`) to tell how much of its error a
     run's slow-host episodes explain."""
-    st = with_derived_features(steps).dropna(subset=list(TIMELINE_COLUMNS)).sort_values("iter_start", kind="stable")
+    st = with_derived_features(steps).dropna(subset=list(TIMELINE_COLUMNS))
+    st = st.sort_values("iter_start", kind="stable")
     if len(st) == 0:
         return np.zeros(0), np.zeros(0)
     tl = timeline_frame(st) if has_timeline(st) else None
