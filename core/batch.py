@@ -39,6 +39,28 @@ def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph
     return (padded, False) if padded else (num_tokens, True)
 
 
+# Token-graph modes (the engine's ``token_graph_mode``), and the most sequences a step may have
+# for ``hybrid`` to replay the whole-step graph: FlashInfer's CUDA-graph prefill plan gives
+# every sequence a query tile of up to 128 rows, so a step with many decodes does more
+# attention work there than in the eager plan, while its launch is hidden by the device anyway.
+TOKEN_GRAPH_MODES = ("full", "piecewise", "hybrid")
+HYBRID_FULL_MAX_SEQS = 32
+
+
+def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_graph_bs: int = 256,
+                      token_graph_mode: str = "full", num_seqs: int = 0) -> bool:
+    """Whether the engine runs a step as one CUDA-graph replay: a decode graph, or a token graph
+    of mode ``full`` (attention inside; ``piecewise`` token graphs leave it eager between
+    pieces; ``hybrid`` takes the full one for steps of at most `HYBRID_FULL_MAX_SEQS`
+    sequences, else the pieces). ``eager`` is `dense_layers`' flag. Such a step's device work
+    starts only once the replay is enqueued, at the end of its launch."""
+    if decode_only and 0 < num_decodes <= max_graph_bs:
+        return True
+    if eager:
+        return False
+    return token_graph_mode == "full" or (token_graph_mode == "hybrid" and num_seqs <= HYBRID_FULL_MAX_SEQS)
+
+
 def padded_token_count(n: int, max_tokens: int = 2048) -> int:
     """The token count a piecewise-CUDA-graph step of ``n`` tokens is padded to (0: none).
 
@@ -67,7 +89,10 @@ class BatchFeatures:
     decode graph, the piecewise-graph size (`padded_token_count`) for another step that has one,
     else ``new_tokens`` (the value it takes when left at -1). Invariant: ``padded_tokens >=
     new_tokens``. ``eager_step`` is 1 when the dense layers run without any CUDA graph (kernel
-    by kernel: a much longer launch; `dense_layers`), else 0.
+    by kernel: a much longer launch; `dense_layers`), else 0. ``graph_replay`` is 1 when the
+    whole step is one CUDA-graph replay (`replays_one_graph`); left at -1 it takes the rule of
+    profiles recorded before token graphs held the attention: a decode step with a padded
+    batch.
     """
 
     num_seqs: int = 0
@@ -83,8 +108,11 @@ class BatchFeatures:
     decode_unique_ctx: int = -1
     padded_tokens: int = -1
     eager_step: int = 0
+    graph_replay: int = -1
 
     def __post_init__(self) -> None:
+        if self.graph_replay < 0:
+            object.__setattr__(self, "graph_replay", int(self.num_prefills == 0 and self.padded_decodes > 0))
         if self.decode_unique_ctx < 0:
             object.__setattr__(self, "decode_unique_ctx", self.decode_ctx)
         if self.padded_tokens < 0:
@@ -122,6 +150,7 @@ class Batch:
     max_graph_bs: int = 256
     decode_shared_ctx: int = 0
     piecewise_max_tokens: int = 2048
+    token_graph_mode: str = "hybrid"
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -153,8 +182,10 @@ class Batch:
                 prefill_ctx += ctx
                 prefill_attn += n * s + n * (n + 1) // 2
         new_tokens = prefill_tokens + nd
-        rows, eager = dense_layers(new_tokens, nd, nd == len(self.reqs), self.max_graph_bs,
-                                   self.piecewise_max_tokens)
+        decode_only = nd == len(self.reqs)
+        rows, eager = dense_layers(new_tokens, nd, decode_only, self.max_graph_bs, self.piecewise_max_tokens)
+        replay = replays_one_graph(nd, decode_only, eager, self.max_graph_bs, self.token_graph_mode,
+                                   len(self.reqs))
         return BatchFeatures(
             num_seqs=len(self.reqs),
             num_decodes=nd,
@@ -169,4 +200,5 @@ class Batch:
             decode_unique_ctx=decode_ctx - self.decode_shared_ctx,
             padded_tokens=rows,
             eager_step=int(eager),
+            graph_replay=int(replay),
         )

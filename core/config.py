@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from twinserve.core.batch import TOKEN_GRAPH_MODES
+
 
 @dataclass(slots=True)
 class SchedulerConfig:
@@ -18,8 +20,11 @@ class SchedulerConfig:
     - ``page_size`` × ``num_pages``: the KV pool, in tokens per page and pages.
     - ``max_model_len``: longest prompt + output a request may have; longer ones are rejected.
     - ``max_graph_bs``: largest CUDA-graph decode batch (for padded-batch features).
-    - ``piecewise_max_tokens``: largest other step whose dense layers run as piecewise CUDA
-      graphs, padded (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature.
+    - ``piecewise_max_tokens``: largest other step that replays a token graph, padded
+      (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature;
+      ``token_graph_mode``: "full" (the attention inside those graphs, so such a step is one
+      replay), "piecewise" (the attention eager between graphs) or "hybrid" (full for steps
+      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences), for ``graph_replay``.
     """
 
     max_num_batched_tokens: int = 8192
@@ -32,8 +37,12 @@ class SchedulerConfig:
     max_model_len: int = 32768
     max_graph_bs: int = 256
     piecewise_max_tokens: int = 2048
+    token_graph_mode: str = "hybrid"
 
     def validate(self) -> None:
+        if self.token_graph_mode not in TOKEN_GRAPH_MODES:
+            raise ValueError(f"SchedulerConfig.token_graph_mode must be one of {TOKEN_GRAPH_MODES}, "
+                             f"got {self.token_graph_mode!r}")
         for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",
                      "max_model_len"):
             if getattr(self, name) < 1:

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import Batch, BatchFeatures, dense_layers, padded_batch_size
+from twinserve.core.batch import Batch, BatchFeatures, dense_layers, padded_batch_size, replays_one_graph
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
@@ -203,7 +203,7 @@ class Scheduler:
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs, self._shared_ctx(nodes, cached),
-                     self.config.piecewise_max_tokens)
+                     self.config.piecewise_max_tokens, self.config.token_graph_mode)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -528,6 +528,7 @@ class Scheduler:
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
         rows, eager = dense_layers(b, b, True, self.config.max_graph_bs, self.config.piecewise_max_tokens)
+        replay = replays_one_graph(b, True, eager, self.config.max_graph_bs, self.config.token_graph_mode, b)
         cached = [r for r in self.running if r.cache_node is not None]
         shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [
@@ -535,7 +536,7 @@ class Scheduler:
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
                           padded_decodes=padded, max_ctx=top + j,
                           decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
-                          eager_step=int(eager))
+                          eager_step=int(eager), graph_replay=int(replay))
             for j in range(1, k + 1)
         ]
 

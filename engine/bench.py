@@ -116,6 +116,7 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
                               cuda_graphs=not args.no_cuda_graphs, overlap=False if args.no_overlap else None,
                               max_graph_bs=args.max_graph_bs, cache=args.cache,
                               piecewise_max_tokens=args.piecewise_max_tokens,
+                              token_graph_mode=args.token_graphs,
                               scheduler={"max_num_batched_tokens": args.max_tokens,
                                          "chunk_size": args.max_tokens, "max_running": args.max_running})
     if args.device:
@@ -145,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--max-graph-bs", type=int, default=256)
     ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
-                    help="largest step whose dense layers replay piecewise CUDA graphs (0: none)")
+                    help="largest prefill/mixed step that replays a token graph (0: none)")
+    ap.add_argument("--token-graphs", default="hybrid", choices=["full", "piecewise", "hybrid"],
+                    help="token graphs: the whole forward (full), the dense layers only (piecewise), "
+                         "or full for steps of <= 32 sequences, else piecewise (hybrid)")
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=16384, help="token budget per step (= chunk size)")
     ap.add_argument("--page-size", type=int, default=16)

@@ -184,8 +184,8 @@ class Engine:
             if cuda_graphs and self.runner.graphs is None:
                 raise ValueError("this engine captured no CUDA graphs")
             self.runner.use_graphs = cuda_graphs
-            pieces = self.runner.pieces
-            self.scheduler.config.piecewise_max_tokens = pieces.max_tokens if cuda_graphs and pieces else 0
+            tg = self.runner.token_graphs
+            self.scheduler.config.piecewise_max_tokens = tg.max_tokens if cuda_graphs and tg else 0
 
     def warmup(self, prompt_lens: tuple[int, ...] = (16, 128, 512, 2048, 8192), decodes: int = 32,
                seed: int = 0) -> float:

@@ -24,6 +24,7 @@ from twinserve.engine.model_config import ModelConfig, parse_dtype
 from twinserve.engine.models import build_model
 from twinserve.engine.runner import ModelRunner, synchronize_event
 from twinserve.engine.sampler import Sampler
+from twinserve.engine.token_graphs import TOKEN_GRAPHS
 
 
 def resolve_device(name: str, rank: int = 0) -> torch.device:
@@ -66,6 +67,7 @@ class RankExecutor:
                  wait_event: Callable[[object], None] = synchronize_event) -> None:
         self.cfg = cfg
         self.tp = tp
+        TOKEN_GRAPHS.get(cfg.token_graph_mode)  # an unknown mode fails here, also without graphs
         self.device = rank_device or resolve_device(cfg.device, tp.rank)
         cuda = self.device.type == "cuda"
         if cuda:
@@ -108,4 +110,5 @@ class RankExecutor:
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
                                   use_graphs=graphs,
                                   max_graph_bs=cfg.max_graph_bs,
-                                  wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens)
+                                  wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens,
+                                  token_graph_mode=cfg.token_graph_mode)

@@ -147,14 +147,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", type=int, default=128, help="prompt length of each mixed step's new request")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
-                    help="largest step whose dense layers replay piecewise CUDA graphs (0: none)")
+                    help="largest prefill/mixed step that replays a token graph (0: none)")
+    ap.add_argument("--token-graphs", default="hybrid", choices=["full", "piecewise", "hybrid"],
+                    help="token graphs: the whole forward (full), the dense layers only (piecewise), "
+                         "or full for steps of <= 32 sequences, else piecewise (hybrid)")
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
-                       piecewise_max_tokens=args.piecewise_max_tokens)
+                       piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs)
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []

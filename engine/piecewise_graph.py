@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from twinserve.core.batch import padded_token_count
-from twinserve.engine.attention.base import AttentionBackend
+from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.models.decoder import CausalLM
 
 
@@ -69,6 +69,12 @@ class PiecewiseGraphs:
     def size_for(self, num_tokens: int) -> int:
         """The padded size a step of ``num_tokens`` replays (0: too large, run it eagerly)."""
         return padded_token_count(num_tokens, self.max_tokens)
+
+    def plan(self, t: int, inputs: AttentionInputs) -> bool:
+        """Plan a step's attention: it runs eagerly on the real rows, so as for any eager step
+        (False: not one graph replay)."""
+        self.attn.plan(inputs)
+        return False
 
     # ---- the pieces ----------------------------------------------------------------------
     def _keep_residual(self, r: torch.Tensor, t: int) -> None:

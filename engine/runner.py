@@ -13,9 +13,9 @@ from twinserve.core.batch import Batch, padded_batch_size
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
-from twinserve.engine.piecewise_graph import PiecewiseGraphs
 from twinserve.engine.sampler import Sampler
 from twinserve.engine.step_inputs import StepInputs, build_step_inputs
+from twinserve.engine.token_graphs import TOKEN_GRAPHS, TokenGraphs
 
 
 @dataclass
@@ -35,7 +35,7 @@ class InFlight:
     plan_wait_s: float = 0.0
     device_busy: bool = False
     replay_at: float = float("nan")  # perf_counter when a graph replay was enqueued (NaN: eager)
-    graph_tokens: int = 0  # the padded size of a piecewise-graph step (0: none)
+    graph_tokens: int = 0  # the padded size of a token-graph step (0: none)
 
 
 def synchronize_event(evt: object) -> None:
@@ -47,8 +47,9 @@ class ModelRunner:
 
     Decode-only batches up to ``max_graph_bs`` replay a whole-forward CUDA graph
     (`CudaGraphRunner`); with ``piecewise_max_tokens`` > 0 every other step of up to that many
-    tokens replays the dense layers as piecewise graphs (`PiecewiseGraphs`), attention eager;
-    the rest run eagerly. ``use_graphs`` switches both off and on (graphs stay captured).
+    tokens replays the token graphs of ``token_graph_mode`` (engine/token_graphs.py: ``full``,
+    the whole forward with its attention; ``piecewise``, the dense layers with the attention
+    eager); the rest run eagerly. ``use_graphs`` switches both off and on (graphs stay captured).
 
     Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
     inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler
@@ -64,7 +65,7 @@ class ModelRunner:
 
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
                  max_graph_bs: int, wait_event: Callable[[object], None] = synchronize_event,
-                 piecewise_max_tokens: int = 0) -> None:
+                 piecewise_max_tokens: int = 0, token_graph_mode: str = "hybrid") -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
@@ -82,9 +83,11 @@ class ModelRunner:
             # one capture stream for every graph: each further side stream used for a capture
             # slowed the decode graphs' replay on the H200 host by ~0.18 ms a step (measured)
             self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs)
-        self.pieces: PiecewiseGraphs | None = None
+        self.token_graphs: TokenGraphs | None = None
         if use_graphs and piecewise_max_tokens > 0:
-            self.pieces = PiecewiseGraphs(model, attn, piecewise_max_tokens, stream=self.graphs.stream)
+            self.token_graphs = TOKEN_GRAPHS.create(
+                token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=piecewise_max_tokens,
+                max_rows=attn.spec.max_batch_size, stream=self.graphs.stream)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None
@@ -133,8 +136,13 @@ class ModelRunner:
         v = inp.views(dev_packed)
         if inp.num_ph:
             v["ids"][v["ph_idx"]] = self._prev_tokens[v["ph_src"]]
+        tg = self.token_graphs if self.use_graphs and not bs else None
+        pt = tg.size_for(inp.num_padded) if tg is not None else 0
+        whole = False
         if bs:
             self.graphs.load(bs, dev_packed, inp.attn)
+        elif pt:
+            whole = tg.plan(pt, inp.attn)
         else:
             self.attn.plan(inp.attn)
         if self.cuda:
@@ -146,9 +154,10 @@ class ModelRunner:
             if inp.num_emit != inp.num_rows:
                 logits = logits[torch.from_numpy(inp.emit_rows).to(self.device, non_blocking=True)]
         else:
-            pt = self.pieces.size_for(inp.num_padded) if self.use_graphs and self.pieces is not None else 0
             if pt:
-                hidden = self.pieces.forward(pt, v["ids"], v["positions"], v["slots"])
+                hidden = tg.forward(pt, v["ids"], v["positions"], v["slots"])
+                if whole and self.cuda:
+                    fl.replay_at = time.perf_counter()
                 fl.graph_tokens = pt
             else:
                 ctx = ForwardContext(positions=v["positions"], slots=v["slots"], attn=self.attn)

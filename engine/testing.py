@@ -27,9 +27,9 @@ def random_prompts(lengths: Sequence[int], vocab: int = 1024, seed: int = 0) -> 
     return [rng.integers(3, vocab, n).tolist() for n in lengths]
 
 
-def plan_sequences(attn, seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]], page_size: int):
-    """Plan ``attn`` for one step of ``seqs`` = (new token ids, start position, page ids) and
-    return its ``(ids, positions, slots)`` tensors: the inputs of a forward, without a scheduler."""
+def sequence_step(seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]], page_size: int):
+    """One step of ``seqs`` = (new token ids, start position, page ids), without a scheduler:
+    its ``(AttentionInputs, ids, positions, slots)``."""
     import torch
 
     from twinserve.engine.attention.base import AttentionInputs
@@ -49,5 +49,57 @@ def plan_sequences(attn, seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]
         indptr.append(len(indices))
         last.append(total - (npg - 1) * page_size)
     i32 = lambda a: np.asarray(a, dtype=np.int32)  # noqa: E731
-    attn.plan(AttentionInputs(i32(qo), i32(kv), i32(indptr), i32(indices), i32(last), decode_only=False))
-    return torch.tensor(ids), torch.tensor(pos), torch.tensor(slots)
+    inputs = AttentionInputs(i32(qo), i32(kv), i32(indptr), i32(indices), i32(last), decode_only=False)
+    return inputs, torch.tensor(ids), torch.tensor(pos), torch.tensor(slots)
+
+
+def plan_sequences(attn, seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]], page_size: int):
+    """Plan ``attn`` for the step of `sequence_step` and return its ``(ids, positions, slots)``
+    tensors: the inputs of a forward."""
+    inputs, ids, pos, slots = sequence_step(seqs, page_size)
+    attn.plan(inputs)
+    return ids, pos, slots
+
+
+def cpu_model_and_pools(model_dir, page_size: int, copies: int = 2, num_pages: int = 64):
+    """A float32 CPU model of ``model_dir`` (its weights loaded) and ``copies`` KV pools with a
+    torch attention backend each (8 sequences, 64 pages a sequence): ``(model, pools, attns)``,
+    so that one forward can run on each copy and their KV be compared."""
+    import torch
+
+    from twinserve.engine.attention.base import AttentionSpec
+    from twinserve.engine.attention.torch_backend import TorchAttention
+    from twinserve.engine.kv_pool import KVGeometry, KVPool
+    from twinserve.engine.layers.kernels import TorchKernels
+    from twinserve.engine.loader import load_weights
+    from twinserve.engine.model_config import ModelConfig
+    from twinserve.engine.models import build_model
+
+    mc = ModelConfig.from_dir(model_dir)
+    model = build_model(mc, TorchKernels(), torch.float32, torch.device("cpu"))
+    load_weights(model, model_dir)
+    geom = KVGeometry(mc.num_layers, num_pages, page_size, mc.num_kv_heads, mc.head_dim, torch.float32)
+    pools = [KVPool(geom, "cpu") for _ in range(copies)]
+    attns = [TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, p, 8, 64))
+             for p in pools]
+    return model, pools, attns
+
+
+def padded_step_plan(seed: int = 3) -> list[list[tuple[list[int], int, list[int]]]]:
+    """Two steps for the padded-graph checks, as `sequence_step` inputs: a 30-token prefill on
+    scattered pages, then its last 7 tokens beside a new 11-token prompt (18 tokens, fewer than
+    the first step: its rows stay in the graphs' buffers, under the padding)."""
+    a, b = random_prompts([37, 11], seed=seed)
+    pages_a = [5, 2, 9, 7, 30, 31, 12, 13, 14, 15]
+    pages_b = [40, 41, 42]
+    return [[(a[:30], 0, pages_a)], [(a[30:], 30, pages_a), (b, 0, pages_b)]]
+
+
+def greedy_mismatches(llm, hf, prompts: Sequence[Sequence[int]], n: int) -> list[int]:
+    """Generate ``n`` greedy tokens per prompt with ``llm`` (one batch, EOS ignored) and return
+    the indices of the prompts whose tokens differ from transformers' ``hf`` (`hf_greedy`)."""
+    from twinserve.core.sampling import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    outs = llm.generate(list(prompts), params, use_tqdm=False)
+    return [i for i, (p, o) in enumerate(zip(prompts, outs)) if o.token_ids != hf_greedy(hf, p, n)]

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost import Provenance, fit_calibration
+from twinserve.simulator.cost.linear import assume_token_graph_mode
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import predict_span, regime_of
@@ -133,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps-out", default=None, help="also keep the profiled steps here (parquet)")
     ap.add_argument("--gpu", default=None, help="hardware name in the provenance (default: from the device)")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--token-graph-mode", choices=("full", "piecewise", "hybrid"), default=None,
+                    help="with --from-steps: the token-graph mode of the engine that recorded a profile "
+                         "without the graph_replay column (which steps were one graph replay)")
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                     help="whether host time hides behind device time (auto: the engine's mode)")
     return ap
@@ -145,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
     command = "python -m twinserve.experiments.calibrate " + " ".join(shlex.quote(a) for a in argv)
     if args.from_steps:
         steps = pd.read_parquet(args.from_steps)
+        if args.token_graph_mode:
+            steps = assume_token_graph_mode(steps, args.token_graph_mode)
         info: dict[str, Any] = {"from_steps": str(args.from_steps)}
         model = Path(args.model).name if Path(args.model).is_dir() else args.model
         gpu = args.gpu or "cpu"

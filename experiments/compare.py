@@ -226,12 +226,18 @@ def engine_overlapped(summary: dict[str, Any]) -> bool:
 
 def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[str]:
     """Simulator overrides that match an engine run: its KV pool size (``kv.num_pages``, when it
-    ran a step) and its loop (``backend.pipeline`` when it overlapped)."""
+    ran a step), its loop (``backend.pipeline`` when it overlapped) and its token graphs
+    (``scheduler.piecewise_max_tokens`` and ``scheduler.token_graph_mode`` from the engine
+    config it recorded; an engine that recorded a cap but no mode had piecewise graphs only)."""
     out = []
     if len(steps):
         pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
         out.append(f"kv.num_pages={pages}")
     out.append(f"backend.pipeline={str(engine_overlapped(summary)).lower()}")
+    ecfg = (summary.get("run") or {}).get("engine_config") or {}
+    if "piecewise_max_tokens" in ecfg:
+        out.append(f"scheduler.piecewise_max_tokens={int(ecfg['piecewise_max_tokens'])}")
+        out.append(f"scheduler.token_graph_mode={ecfg.get('token_graph_mode', 'piecewise')}")
     return out
 
 

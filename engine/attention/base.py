@@ -37,6 +37,25 @@ class AttentionInputs:
     def num_tokens(self) -> int:
         return int(self.qo_lens.sum())
 
+    def pad_rows(self, rows: int, scratch_page: int) -> "AttentionInputs":
+        """These inputs with rows appended up to ``rows``: each has no new token and one
+        context token on ``scratch_page``, so it adds no query and no work (the fixed batch
+        size of a captured prefill wrapper). ``rows`` below the batch size is an error."""
+        pad = rows - self.batch_size
+        if pad < 0:
+            raise ValueError(f"cannot pad a batch of {self.batch_size} rows to {rows}")
+        if pad == 0:
+            return self
+        one = np.ones(pad, np.int32)
+        return AttentionInputs(
+            qo_lens=np.concatenate([self.qo_lens, np.zeros(pad, np.int32)]),
+            kv_lens=np.concatenate([self.kv_lens, one]),
+            page_indptr=np.concatenate([self.page_indptr,
+                                        self.page_indptr[-1] + np.arange(1, pad + 1, dtype=np.int32)]),
+            page_indices=np.concatenate([self.page_indices, np.full(pad, scratch_page, np.int32)]),
+            last_page_len=np.concatenate([self.last_page_len, one]),
+            decode_only=False)
+
 
 class AttentionBackend(Protocol):
     """Paged attention over a ``KVPool``.
@@ -46,7 +65,9 @@ class AttentionBackend(Protocol):
     ``slots`` [T], then returns the causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over
     each row's pages, into ``out`` [T, Hq, D] when given (the piecewise CUDA graphs' buffer).
     Backends with ``supports_cuda_graphs`` also implement
-    ``graph_batch_sizes`` capture/replay hooks used by the runner (see flashinfer_backend.py).
+    the decode-graph hooks ``init_graphs``/``plan_graph`` and the token-graph hooks
+    ``init_token_graphs``/``plan_token_graph`` used by the runner (see flashinfer_backend.py).
+    Rows with no new token (``qo_lens[i] == 0``, from `AttentionInputs.pad_rows`) produce nothing.
     """
 
     name: str

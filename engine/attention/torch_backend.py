@@ -43,6 +43,8 @@ class TorchAttention:
         hq, hk, d = q.shape[1], kc.shape[2], q.shape[2]
         group = hq // hk
         for qo, n, kv, pages in self._rows:
+            if n == 0:  # a padding row (AttentionInputs.pad_rows): no query
+                continue
             keys = kc.index_select(0, pages).reshape(-1, hk, d)[:kv]
             vals = vc.index_select(0, pages).reshape(-1, hk, d)[:kv]
             if group > 1:

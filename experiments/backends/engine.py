@@ -58,7 +58,7 @@ class EngineBackend(Backend):
 def engine_config(ctx: RunContext) -> Any:
     """The `EngineConfig` of a run config (writes the shape's config.json into the run folder
     when there is no ``model.path``)."""
-    from twinserve.engine.config import EngineConfig
+    from twinserve.engine.config import ENGINE_OWNED, EngineConfig
 
     cfg, b = ctx.cfg, ctx.cfg["backend"]
     model_path = cfg["model"].get("path")
@@ -69,7 +69,7 @@ def engine_config(ctx: RunContext) -> Any:
         (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
         model_path, load_format = str(mdir), "dummy"
     knobs = {f.name for f in fields(SchedulerConfig)}
-    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ("page_size", "max_graph_bs", "piecewise_max_tokens")}
+    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ENGINE_OWNED}
     if cfg["model"].get("max_model_len"):
         sched["max_model_len"] = int(cfg["model"]["max_model_len"])
     ecfg = EngineConfig(
@@ -77,6 +77,7 @@ def engine_config(ctx: RunContext) -> Any:
         page_size=int(cfg["scheduler"].get("page_size", 16)),
         max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
         piecewise_max_tokens=int(cfg["scheduler"].get("piecewise_max_tokens", 2048)),
+        token_graph_mode=str(cfg["scheduler"].get("token_graph_mode", "hybrid")),
         mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
         scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
         cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},

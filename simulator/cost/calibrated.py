@@ -127,7 +127,7 @@ class CalibratedCostModel(CostModel):
         x = FeatureScalars(f)
         regime = "decode" if not f.num_prefills else "prefill" if not f.num_decodes else "mixed"
         parts = (max(float(hp[k](x, max)), 0.0) for k in ("sched", f"launch/{regime}", "complete", "loop", "tail"))
-        graph = regime == "decode" and f.padded_decodes > 0
+        graph = bool(f.graph_replay)
         sync = h.sync_graph if graph else h.sync_eager
         pre = max(float(hp["pre"](x, max)), 0.0) if graph and h.sync_graph else 0.0
         post = max(float(hp["post"](x, max)), 0.0) if graph else 0.0

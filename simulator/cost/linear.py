@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES
 from twinserve.simulator.cost.calibration import term_factors
 from twinserve.simulator.cost.nnls import nnls
 
@@ -94,11 +95,28 @@ def fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], rng: np.ra
     return coef, mape(oof, y), len(df), len(df)
 
 
+def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """``steps`` with a ``graph_replay`` column by the rule of token-graph ``mode``
+    (`core.batch.replays_one_graph`), for a profile recorded without that column by an engine
+    known to have run ``mode``; a recorded column is left as it is."""
+    if "graph_replay" in steps:
+        return steps
+    if mode not in TOKEN_GRAPH_MODES:
+        raise ValueError(f"unknown token graph mode {mode!r}; known: {TOKEN_GRAPH_MODES}")
+    token = (steps["graph_tokens"].fillna(0) > 0 if "graph_tokens" in steps
+             else pd.Series(False, index=steps.index))
+    decode_graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0) & ~token
+    whole = {"full": token, "piecewise": token & False,
+             "hybrid": token & (steps["num_seqs"] <= HYBRID_FULL_MAX_SEQS)}[mode]
+    return steps.assign(graph_replay=(decode_graph | whole).astype(np.int64))
+
+
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
-    """``steps`` with the ``decode_unique_ctx``, ``padded_tokens`` and ``eager_step`` columns;
-    profiles recorded before them get what held then (no KV sharing; dense rows =
-    ``new_tokens``; every step eager but a decode graph, or a piecewise-graph step where the
-    engine's ``graph_tokens`` column records one)."""
+    """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step`` and
+    ``graph_replay`` columns; profiles recorded before them get what held then (no KV sharing;
+    dense rows = ``new_tokens``; every step eager but a decode graph, or a token-graph step where
+    the engine's ``graph_tokens`` column records one; one replay: a decode graph, or a token-graph
+    step whose replay the engine timed, ``replay_end``)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
@@ -109,4 +127,9 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
         if "graph_tokens" in steps:
             graph |= steps["graph_tokens"].fillna(0) > 0
         add["eager_step"] = (~graph).astype(np.int64)
+    if "graph_replay" not in steps:
+        one = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
+        if "graph_tokens" in steps and "replay_end" in steps:
+            one |= (steps["graph_tokens"].fillna(0) > 0) & steps["replay_end"].notna()
+        add["graph_replay"] = one.astype(np.int64)
     return steps.assign(**add) if add else steps

@@ -105,3 +105,18 @@ def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
     meta = json.loads((m / "shared_prefix_50" / "overrides.json").read_text())
     assert meta["capacity_req_s"] == pytest.approx(json.loads(caps.read_text())["shared_prefix"])
     assert not (m / "profile_steps.parquet").exists()
+
+
+def test_the_simulator_takes_the_engine_runs_token_graphs() -> None:
+    import pandas as pd
+
+    from twinserve.experiments.compare import sim_matching_engine
+
+    steps = pd.DataFrame({"free_pages": [90], "used_pages": [8], "cached_pages": [2]})
+    ran = {"run": {"engine_config": {"piecewise_max_tokens": 1024, "token_graph_mode": "full"}}}
+    assert sim_matching_engine(steps, ran)[0] == "kv.num_pages=100"
+    assert sim_matching_engine(steps, ran)[-2:] == ["scheduler.piecewise_max_tokens=1024",
+                                                    "scheduler.token_graph_mode=full"]
+    older = {"run": {"engine_config": {"piecewise_max_tokens": 2048}}}  # before the mode existed
+    assert sim_matching_engine(steps, older)[-1] == "scheduler.token_graph_mode=piecewise"
+    assert not any(o.startswith("scheduler.") for o in sim_matching_engine(steps, {}))

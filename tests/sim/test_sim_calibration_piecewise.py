@@ -1,5 +1,6 @@
 """Fitting a profile of the engine with piecewise CUDA graphs: the derived feature columns, and
-the committed llama3-8b H200 profile, whose step grid falls in a slow-host episode as a whole."""
+a llama3-8b H200 profile of that engine (commit c177fee, kept in tests/sim/data), whose step
+grid falls in a slow-host episode as a whole."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.linear import with_derived_features
 
-PROFILE = Path(__file__).resolve().parents[2] / "experiments/calibrations/steps/h200_llama3-8b_tp1_steps.parquet"
+PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_steps.parquet"
 
 
 def test_older_profiles_get_the_dense_rows_and_eager_flags_that_held_then() -> None:
@@ -41,3 +42,23 @@ def test_long_prefill_spans_in_a_slow_host_episode_stay_in_the_device_fit() -> N
     assert launch["prefill"].coef != launch["mixed"].coef
     eager = dict(zip(launch["prefill"].terms, launch["prefill"].coef)).get("eager_step", 0.0)
     assert eager > 1e-3 and np.isfinite(launch["prefill"].mape)
+
+
+def test_one_replay_steps_of_profiles_without_the_column() -> None:
+    from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
+    from twinserve.simulator.cost.linear import assume_token_graph_mode
+
+    k = HYBRID_FULL_MAX_SEQS
+    steps = pd.DataFrame({"num_prefills": [0, 1, 1, 1, 0], "num_decodes": [8, 3, 0, k + 4, 300],
+                          "num_seqs": [8, 4, 1, k + 5, 300], "padded_decodes": [8, 8, 0, 40, 304],
+                          "new_tokens": [8, 131, 4000, 300, 300], "decode_ctx": [800, 300, 0, 3000, 9000],
+                          "graph_tokens": [0.0, 144.0, 0.0, 320.0, 320.0]})
+    # the engine timed a replay (replay_end) only where the whole step was one graph
+    timed = with_derived_features(steps.assign(replay_end=[1.0, 2.0, np.nan, np.nan, 3.0]))
+    assert timed["graph_replay"].tolist() == [1, 1, 0, 0, 1]
+    assert with_derived_features(steps)["graph_replay"].tolist() == [1, 0, 0, 0, 1]  # older rule
+    by_mode = {m: assume_token_graph_mode(steps, m)["graph_replay"].tolist() for m in ("full", "piecewise", "hybrid")}
+    # a decode-only step beyond the decode graphs (300) took a token graph: whole only in "full"
+    assert by_mode == {"full": [1, 1, 0, 1, 1], "piecewise": [1, 0, 0, 0, 0], "hybrid": [1, 1, 0, 0, 0]}
+    recorded = steps.assign(graph_replay=[0, 0, 0, 0, 0])
+    assert assume_token_graph_mode(recorded, "full")["graph_replay"].tolist() == [0] * 5

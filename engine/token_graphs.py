@@ -1,0 +1,97 @@
+"""The graphs of prefill and mixed steps, per padded token count, selected by name.
+
+- ``full`` (`StepGraphs`, engine/step_graph.py): the whole forward, attention included;
+- ``piecewise`` (`PiecewiseGraphs`, engine/piecewise_graph.py): the dense layers between
+  attention calls, the attention eager;
+- ``hybrid`` (`HybridGraphs`): both captured; a step of at most
+  `core.batch.HYBRID_FULL_MAX_SEQS` sequences replays the full graph (its launch is what
+  paces a small step), a larger one the pieces (FlashInfer's graph plan would give each of its
+  many decodes a whole query tile).
+
+All pad a step of ``n`` tokens to ``core.batch.padded_token_count(n, max_tokens)`` and are
+driven by the runner as ``t = size_for(n)``; ``whole = plan(t, attention_inputs)`` (True when the
+step will be one graph replay); ``forward(t, ids, positions, slots) -> hidden [n, H]``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
+from twinserve.core.registry import Registry
+from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
+from twinserve.engine.kv_pool import KVPool
+from twinserve.engine.models.decoder import CausalLM
+
+
+class TokenGraphs(Protocol):
+    """What the runner needs of a token-count graph set (see the module docstring)."""
+
+    max_tokens: int
+    sizes: list[int]
+
+    def size_for(self, num_tokens: int) -> int: ...
+
+    def plan(self, t: int, inputs: AttentionInputs) -> bool: ...
+
+    def forward(self, t: int, ids: torch.Tensor, positions: torch.Tensor,
+                slots: torch.Tensor) -> torch.Tensor: ...
+
+
+TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
+
+
+class HybridGraphs:
+    """The full graphs for steps of at most ``max_full_seqs`` sequences, the pieces otherwise.
+
+    Invariant: ``forward`` runs the set that the last ``plan`` chose (the runner always calls
+    them in pairs); both share the sizes, so ``size_for`` is either's.
+    """
+
+    def __init__(self, full: TokenGraphs, pieces: TokenGraphs, max_full_seqs: int = HYBRID_FULL_MAX_SEQS) -> None:
+        if full.sizes != pieces.sizes:
+            raise ValueError("hybrid token graphs need both sets captured for the same sizes")
+        self.full, self.pieces, self.max_full_seqs = full, pieces, max_full_seqs
+        self.max_tokens, self.sizes = full.max_tokens, full.sizes
+        self._chosen: TokenGraphs = full
+
+    @property
+    def graphs(self) -> dict:
+        """Every captured graph of both sets (for counts)."""
+        return {**{("full", k): g for k, g in self.full.graphs.items()},  # type: ignore[attr-defined]
+                **{("pieces", k): g for k, g in self.pieces.graphs.items()}}  # type: ignore[attr-defined]
+
+    def size_for(self, num_tokens: int) -> int:
+        return self.full.size_for(num_tokens)
+
+    def plan(self, t: int, inputs: AttentionInputs) -> bool:
+        self._chosen = self.full if inputs.batch_size <= self.max_full_seqs else self.pieces
+        return self._chosen.plan(t, inputs)
+
+    def forward(self, t: int, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return self._chosen.forward(t, ids, positions, slots)
+
+
+@TOKEN_GRAPHS.register("full")
+def _full(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
+          stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+    from twinserve.engine.step_graph import StepGraphs
+
+    return StepGraphs(model, attn, pool, max_tokens, max_rows, stream=stream)
+
+
+@TOKEN_GRAPHS.register("piecewise")
+def _piecewise(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
+               stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+    from twinserve.engine.piecewise_graph import PiecewiseGraphs
+
+    return PiecewiseGraphs(model, attn, max_tokens, stream=stream)
+
+
+@TOKEN_GRAPHS.register("hybrid")
+def _hybrid(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
+            stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+    full = _full(model, attn, pool, max_tokens, max_rows, stream)
+    return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream))

@@ -1,0 +1,37 @@
+"""Which steps the engine runs as one CUDA-graph replay (`core.batch.replays_one_graph`), and the
+``graph_replay`` feature the scheduler records for the simulator's host model."""
+
+from __future__ import annotations
+
+import pytest
+
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, BatchFeatures, replays_one_graph
+from twinserve.core.config import SchedulerConfig
+
+
+@pytest.mark.parametrize("mode,seqs,want", [
+    ("full", 100, True), ("piecewise", 3, False),
+    ("hybrid", HYBRID_FULL_MAX_SEQS, True), ("hybrid", HYBRID_FULL_MAX_SEQS + 1, False),
+])
+def test_token_graph_steps_replay_whole_by_mode(mode, seqs, want):
+    assert replays_one_graph(seqs - 1, False, False, 256, mode, seqs) is want
+    assert replays_one_graph(seqs - 1, False, True, 256, mode, seqs) is False  # eager: no graph
+
+
+def test_decode_graphs_are_one_replay_in_every_mode():
+    for mode in ("full", "piecewise", "hybrid"):
+        assert replays_one_graph(64, True, False, 256, mode, 64)
+        # more decodes than the largest decode graph: a token graph, whole only in some modes
+        assert replays_one_graph(300, True, False, 256, mode, 300) is (mode == "full")
+
+
+def test_features_left_unset_take_the_older_rule():
+    assert BatchFeatures(num_seqs=8, num_decodes=8, padded_decodes=8, new_tokens=8).graph_replay == 1
+    assert BatchFeatures(num_seqs=2, num_decodes=1, num_prefills=1, padded_decodes=1,
+                         new_tokens=40).graph_replay == 0
+    assert BatchFeatures(num_seqs=2, num_prefills=2, new_tokens=40, graph_replay=1).graph_replay == 1
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="token_graph_mode"):
+        SchedulerConfig(token_graph_mode="whole").validate()
