@@ -49,7 +49,7 @@ class ModelRunner:
     (`CudaGraphRunner`); with ``piecewise_max_tokens`` > 0 every other step of up to that many
     tokens replays the token graphs of ``token_graph_mode`` (engine/token_graphs.py: ``full``,
     the whole forward with its attention; ``piecewise``, the dense layers with the attention
-    eager); the rest run eagerly. ``use_graphs`` switches both off and on (graphs stay captured).
+    eager; ``hybrid``, full for small steps, else piecewise); the rest run eagerly. ``use_graphs`` switches both off and on (graphs stay captured).
 
     Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
     inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler

@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost import Provenance, fit_calibration
-from twinserve.simulator.cost.linear import assume_token_graph_mode
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import predict_span, regime_of
+from twinserve.simulator.cost.linear import assume_token_graph_mode
 from twinserve.simulator.cost.timeline import ran_overlapped
 
 
