@@ -61,6 +61,17 @@ def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_grap
     return token_graph_mode == "full" or (token_graph_mode == "hybrid" and num_seqs <= HYBRID_FULL_MAX_SEQS)
 
 
+def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_tokens: int,
+                  max_graph_bs: int = 256, max_running: int = 256) -> bool:
+    """Whether a step is a whole-step token graph whose attention plan uses 128-row query tiles:
+    one replay (`replays_one_graph`) that is not a decode graph, padded to more tokens than
+    the ``max_running`` sequences its FlashInfer wrapper holds. (FlashInfer's graph plan sizes
+    its tiles from ``(tokens - sequences + 1) * gqa_group``: over 64, so 128-row tiles, for
+    every padded size above 256 with 256 sequences and a GQA group of 2 or more.)"""
+    decode_graph = decode_only and 0 < num_decodes <= max_graph_bs
+    return replay and not decode_graph and padded_tokens > max_running
+
+
 def padded_token_count(n: int, max_tokens: int = 2048) -> int:
     """The token count a piecewise-CUDA-graph step of ``n`` tokens is padded to (0: none).
 
@@ -92,7 +103,10 @@ class BatchFeatures:
     by kernel: a much longer launch; `dense_layers`), else 0. ``graph_replay`` is 1 when the
     whole step is one CUDA-graph replay (`replays_one_graph`); left at -1 it takes the rule of
     profiles recorded before token graphs held the attention: a decode step with a padded
-    batch.
+    batch. ``wide_tiles`` is 1 for such a replay of a prefill or mixed step padded to more
+    tokens than ``max_running``: its FlashInfer graph plan (``max_running`` sequences) then gives
+    every sequence a 128-row query tile, so each decode row computes a whole tile over its
+    context (`wide_tiles_of`).
     """
 
     num_seqs: int = 0
@@ -109,6 +123,7 @@ class BatchFeatures:
     padded_tokens: int = -1
     eager_step: int = 0
     graph_replay: int = -1
+    wide_tiles: int = 0
 
     def __post_init__(self) -> None:
         if self.graph_replay < 0:
@@ -151,6 +166,7 @@ class Batch:
     decode_shared_ctx: int = 0
     piecewise_max_tokens: int = 2048
     token_graph_mode: str = "hybrid"
+    max_running: int = 256
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -201,4 +217,5 @@ class Batch:
             padded_tokens=rows,
             eager_step=int(eager),
             graph_replay=int(replay),
+            wide_tiles=int(wide_tiles_of(replay, decode_only, nd, rows, self.max_graph_bs, self.max_running)),
         )

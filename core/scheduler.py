@@ -7,7 +7,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import Batch, BatchFeatures, dense_layers, padded_batch_size, replays_one_graph
+from twinserve.core.batch import (Batch, BatchFeatures, dense_layers, padded_batch_size, replays_one_graph,
+                                  wide_tiles_of)
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
@@ -203,7 +204,7 @@ class Scheduler:
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs, self._shared_ctx(nodes, cached),
-                     self.config.piecewise_max_tokens, self.config.token_graph_mode)
+                     self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -536,7 +537,9 @@ class Scheduler:
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
                           padded_decodes=padded, max_ctx=top + j,
                           decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
-                          eager_step=int(eager), graph_replay=int(replay))
+                          eager_step=int(eager), graph_replay=int(replay),
+                          wide_tiles=int(wide_tiles_of(replay, True, b, rows, self.config.max_graph_bs,
+                                                       self.config.max_running)))
             for j in range(1, k + 1)
         ]
 

@@ -18,10 +18,13 @@ from twinserve.simulator.cost.linear import (
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
+# A mixed step replayed as a whole-step graph with wide query tiles (`core.batch.wide_tiles_of`)
+# computes a tile of rows over each decode's context: its decode context gets a term of its own.
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
     "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx"),
-    "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx"),
+    "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx",
+              "wide_tiles*decode_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # Knots tried for a hinge on the dense layers' rows in the eager regimes' default terms: below

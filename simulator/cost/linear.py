@@ -112,11 +112,12 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
-    """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step`` and
-    ``graph_replay`` columns; profiles recorded before them get what held then (no KV sharing;
-    dense rows = ``new_tokens``; every step eager but a decode graph, or a token-graph step where
-    the engine's ``graph_tokens`` column records one; one replay: a decode graph, or a token-graph
-    step whose replay the engine timed, ``replay_end``)."""
+    """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
+    ``graph_replay`` and ``wide_tiles`` columns; profiles recorded before them get what held
+    then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
+    token-graph step where the engine's ``graph_tokens`` column records one; one replay: a
+    decode graph, or a token-graph step whose replay the engine timed, ``replay_end``; wide
+    tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of 256)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
@@ -132,4 +133,9 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
         if "graph_tokens" in steps and "replay_end" in steps:
             one |= (steps["graph_tokens"].fillna(0) > 0) & steps["replay_end"].notna()
         add["graph_replay"] = one.astype(np.int64)
+    if "wide_tiles" not in steps:  # profiles do not record max_running: the default, 256
+        replay = add["graph_replay"] if "graph_replay" in add else steps["graph_replay"]
+        decode_graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0) & (steps["num_decodes"] <= 256)
+        padded = add["padded_tokens"] if "padded_tokens" in add else steps["padded_tokens"]
+        add["wide_tiles"] = ((replay > 0) & ~decode_graph & (padded > 256)).astype(np.int64)
     return steps.assign(**add) if add else steps

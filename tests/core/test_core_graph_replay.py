@@ -35,3 +35,30 @@ def test_features_left_unset_take_the_older_rule():
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="token_graph_mode"):
         SchedulerConfig(token_graph_mode="whole").validate()
+
+
+def test_wide_tiles_mark_whole_step_graphs_above_the_sequence_count():
+    from twinserve.core.batch import wide_tiles_of
+
+    assert wide_tiles_of(True, False, 10, 288, 256, 256)       # a mixed whole-step graph of 288 tokens
+    assert not wide_tiles_of(True, False, 10, 256, 256, 256)   # 256 tokens over 256 rows: narrow tiles
+    assert not wide_tiles_of(False, False, 10, 288, 256, 256)  # the pieces: attention planned eagerly
+    assert not wide_tiles_of(True, True, 200, 288, 256, 256)   # a decode graph
+    assert wide_tiles_of(True, True, 300, 320, 256, 256)       # decodes beyond the graphs, whole
+    assert wide_tiles_of(True, False, 3, 48, 256, 32)          # a smaller running cap
+
+
+def test_the_scheduler_records_wide_tiles_for_large_whole_steps():
+    from twinserve.core.batch import Batch
+
+    class R:  # just what Batch.features reads
+        pass
+
+    reqs = [R() for _ in range(3)]
+    b = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True],
+              token_graph_mode="full")
+    f = b.features()
+    assert (f.padded_tokens, f.graph_replay, f.wide_tiles) == (416, 1, 1)
+    g = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True],
+              token_graph_mode="piecewise").features()
+    assert (g.graph_replay, g.wide_tiles) == (0, 0)

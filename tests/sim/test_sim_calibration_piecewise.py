@@ -57,6 +57,9 @@ def test_one_replay_steps_of_profiles_without_the_column() -> None:
     timed = with_derived_features(steps.assign(replay_end=[1.0, 2.0, np.nan, np.nan, 3.0]))
     assert timed["graph_replay"].tolist() == [1, 1, 0, 0, 1]
     assert with_derived_features(steps)["graph_replay"].tolist() == [1, 0, 0, 0, 1]  # older rule
+    # wide query tiles: a whole-step token graph above 256 tokens, not a decode graph
+    assert timed.assign(padded_tokens=[8, 144, 4000, 320, 320]).pipe(with_derived_features)[
+        "wide_tiles"].tolist() == [0, 0, 0, 0, 1]
     by_mode = {m: assume_token_graph_mode(steps, m)["graph_replay"].tolist() for m in ("full", "piecewise", "hybrid")}
     # a decode-only step beyond the decode graphs (300) took a token graph: whole only in "full"
     assert by_mode == {"full": [1, 1, 0, 1, 1], "piecewise": [1, 0, 0, 0, 0], "hybrid": [1, 1, 0, 0, 0]}
