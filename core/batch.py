@@ -28,12 +28,17 @@ def padded_batch_size(n: int, max_graph_bs: int = 256) -> int:
     return -(-n // 8) * 8
 
 
+def _decode_graph(num_decodes: int, decode_only: bool, max_graph_bs: int) -> bool:
+    """Whether the engine replays the step as a decode graph (the runner's rule)."""
+    return decode_only and 0 < num_decodes <= max_graph_bs
+
+
 def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph_bs: int = 256,
                  piecewise_max_tokens: int = 2048) -> tuple[int, bool]:
     """``(rows, eager)`` of a step's dense layers, as the engine's runner picks them: a decode
     graph's padded batch, else a piecewise graph's padded size, else the step's own tokens run
     eagerly (``eager`` is then true)."""
-    if decode_only and 0 < num_decodes <= max_graph_bs:
+    if _decode_graph(num_decodes, decode_only, max_graph_bs):
         return padded_batch_size(num_decodes, max_graph_bs), False
     padded = padded_token_count(num_tokens, piecewise_max_tokens)
     return (padded, False) if padded else (num_tokens, True)
@@ -54,7 +59,7 @@ def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_grap
     pieces; ``hybrid`` takes the full one for steps of at most `HYBRID_FULL_MAX_SEQS`
     sequences, else the pieces). ``eager`` is `dense_layers`' flag. Such a step's device work
     starts only once the replay is enqueued, at the end of its launch."""
-    if decode_only and 0 < num_decodes <= max_graph_bs:
+    if _decode_graph(num_decodes, decode_only, max_graph_bs):
         return True
     if eager:
         return False
@@ -68,8 +73,7 @@ def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_toke
     the ``max_running`` sequences its FlashInfer wrapper holds. (FlashInfer's graph plan sizes
     its tiles from ``(tokens - sequences + 1) * gqa_group``: over 64, so 128-row tiles, for
     every padded size above 256 with 256 sequences and a GQA group of 2 or more.)"""
-    decode_graph = decode_only and 0 < num_decodes <= max_graph_bs
-    return replay and not decode_graph and padded_tokens > max_running
+    return replay and not _decode_graph(num_decodes, decode_only, max_graph_bs) and padded_tokens > max_running
 
 
 def padded_token_count(n: int, max_tokens: int = 2048) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from twinserve.core.batch import TOKEN_GRAPH_MODES
 from twinserve.core.model_shapes import ModelShape
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
@@ -129,6 +130,16 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
     return Engine(EngineConfig(**kw))
 
 
+def add_token_graph_args(ap: argparse.ArgumentParser) -> None:
+    """``--piecewise-max-tokens`` and ``--token-graphs`` (`EngineConfig.piecewise_max_tokens`,
+    ``token_graph_mode``), for this CLI and the others that build an engine."""
+    ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
+                    help="largest prefill/mixed step that replays a token graph (0: none)")
+    ap.add_argument("--token-graphs", default="hybrid", choices=TOKEN_GRAPH_MODES,
+                    help="token graphs: the whole forward (full), the dense layers only (piecewise), "
+                         "or full for steps of <= 32 sequences, else piecewise (hybrid)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen3-0.6b")
@@ -145,11 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-overlap", action="store_true")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--max-graph-bs", type=int, default=256)
-    ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
-                    help="largest prefill/mixed step that replays a token graph (0: none)")
-    ap.add_argument("--token-graphs", default="hybrid", choices=["full", "piecewise", "hybrid"],
-                    help="token graphs: the whole forward (full), the dense layers only (piecewise), "
-                         "or full for steps of <= 32 sequences, else piecewise (hybrid)")
+    add_token_graph_args(ap)
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=16384, help="token budget per step (= chunk size)")
     ap.add_argument("--page-size", type=int, default=16)

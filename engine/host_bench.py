@@ -31,7 +31,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
-from twinserve.engine.bench import append_jsonl, build_engine, engine_args
+from twinserve.engine.bench import add_token_graph_args, append_jsonl, build_engine, engine_args
 from twinserve.engine.engine import Engine
 
 COLUMNS = ("launch_s", "launch_cpu_s", "sched_s", "complete_s", "post_s", "duration", "period_s")
@@ -146,11 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ctx", type=int, default=512, help="prompt length of the decoding requests")
     ap.add_argument("--prompt", type=int, default=128, help="prompt length of each mixed step's new request")
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
-                    help="largest prefill/mixed step that replays a token graph (0: none)")
-    ap.add_argument("--token-graphs", default="hybrid", choices=["full", "piecewise", "hybrid"],
-                    help="token graphs: the whole forward (full), the dense layers only (piecewise), "
-                         "or full for steps of <= 32 sequences, else piecewise (hybrid)")
+    add_token_graph_args(ap)
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from twinserve.core.batch import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps-out", default=None, help="also keep the profiled steps here (parquet)")
     ap.add_argument("--gpu", default=None, help="hardware name in the provenance (default: from the device)")
     ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--token-graph-mode", choices=("full", "piecewise", "hybrid"), default=None,
+    ap.add_argument("--token-graph-mode", choices=TOKEN_GRAPH_MODES, default=None,
                     help="with --from-steps: the token-graph mode of the engine that recorded a profile "
                          "without the graph_replay column (which steps were one graph replay)")
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",

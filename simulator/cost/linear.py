@@ -95,6 +95,30 @@ def fit_linear(df: pd.DataFrame, y: np.ndarray, terms: Sequence[str], rng: np.ra
     return coef, mape(oof, y), len(df), len(df)
 
 
+def _decode_graph_rows(steps: pd.DataFrame) -> pd.Series:
+    """Decode-only steps with a padded graph batch: the decode-graph rule of older profiles."""
+    return (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
+
+
+def _token_graph_rows(steps: pd.DataFrame) -> pd.Series:
+    """Steps that replayed token graphs (``graph_tokens`` > 0; none in profiles without it)."""
+    if "graph_tokens" not in steps:
+        return pd.Series(False, index=steps.index)
+    return steps["graph_tokens"].fillna(0) > 0
+
+
+def graph_replays(steps: pd.DataFrame) -> pd.Series:
+    """Which steps were one CUDA-graph replay: the ``graph_replay`` column, or for profiles
+    without it a decode graph or a token-graph step whose replay the engine timed
+    (``replay_end``)."""
+    if "graph_replay" in steps:
+        return steps["graph_replay"] > 0
+    one = _decode_graph_rows(steps)
+    if "replay_end" in steps:
+        one = one | (_token_graph_rows(steps) & steps["replay_end"].notna())
+    return one
+
+
 def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
     """``steps`` with a ``graph_replay`` column by the rule of token-graph ``mode``
     (`core.batch.replays_one_graph`), for a profile recorded without that column by an engine
@@ -103,39 +127,31 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
         return steps
     if mode not in TOKEN_GRAPH_MODES:
         raise ValueError(f"unknown token graph mode {mode!r}; known: {TOKEN_GRAPH_MODES}")
-    token = (steps["graph_tokens"].fillna(0) > 0 if "graph_tokens" in steps
-             else pd.Series(False, index=steps.index))
-    decode_graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0) & ~token
+    token = _token_graph_rows(steps)
     whole = {"full": token, "piecewise": token & False,
              "hybrid": token & (steps["num_seqs"] <= HYBRID_FULL_MAX_SEQS)}[mode]
-    return steps.assign(graph_replay=(decode_graph | whole).astype(np.int64))
+    return steps.assign(graph_replay=((_decode_graph_rows(steps) & ~token) | whole).astype(np.int64))
 
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
     ``graph_replay`` and ``wide_tiles`` columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
-    token-graph step where the engine's ``graph_tokens`` column records one; one replay: a
-    decode graph, or a token-graph step whose replay the engine timed, ``replay_end``; wide
-    tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of 256)."""
+    token-graph step where the engine's ``graph_tokens`` column records one; one replay:
+    `graph_replays`; wide tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of
+    256)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
     if "padded_tokens" not in steps:
         add["padded_tokens"] = steps["new_tokens"]
     if "eager_step" not in steps:  # the engine's graph_tokens says which steps took the pieces
-        graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
-        if "graph_tokens" in steps:
-            graph |= steps["graph_tokens"].fillna(0) > 0
-        add["eager_step"] = (~graph).astype(np.int64)
+        add["eager_step"] = (~(_decode_graph_rows(steps) | _token_graph_rows(steps))).astype(np.int64)
+    replay = graph_replays(steps)
     if "graph_replay" not in steps:
-        one = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
-        if "graph_tokens" in steps and "replay_end" in steps:
-            one |= (steps["graph_tokens"].fillna(0) > 0) & steps["replay_end"].notna()
-        add["graph_replay"] = one.astype(np.int64)
+        add["graph_replay"] = replay.astype(np.int64)
     if "wide_tiles" not in steps:  # profiles do not record max_running: the default, 256
-        replay = add["graph_replay"] if "graph_replay" in add else steps["graph_replay"]
-        decode_graph = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0) & (steps["num_decodes"] <= 256)
+        decode_graph = _decode_graph_rows(steps) & (steps["num_decodes"] <= 256)
         padded = add["padded_tokens"] if "padded_tokens" in add else steps["padded_tokens"]
-        add["wide_tiles"] = ((replay > 0) & ~decode_graph & (padded > 256)).astype(np.int64)
+        add["wide_tiles"] = (replay & ~decode_graph & (padded > 256)).astype(np.int64)
     return steps.assign(**add) if add else steps

@@ -6,9 +6,8 @@ them into the quantities of the simulator's overlap loop (``Replica._run_pipelin
 
 - ``mark``: when the host marked the step's device start (``iter_start + sched_s +
   plan_wait_s``); ``prev_end``: the previous step's device end;
-- ``graph``: a step replayed as one CUDA graph (``graph_replay``, else a decode-only step
-  with ``padded_decodes > 0``), which the device can only start once the host has enqueued
-  the replay;
+- ``graph``: a step replayed as one CUDA graph (`linear.graph_replays`), which the device
+  can only start once the host has enqueued the replay;
 - ``device_s``: the device's own work: for a graph step the time from ``max(dev_start,
   enqueued)`` to ``dev_end``, where ``enqueued`` is when its graph replay was enqueued
   (``replay_end``; ``launch_end`` in profiles recorded before that column existed, which reads
@@ -26,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from twinserve.simulator.cost.linear import graph_replays
 
 EAGER_MARGIN_S = 5e-4
 TIMELINE = ("iter_start", "sched_s", "launch_s", "launch_end", "plan_wait_s", "dev_start", "dev_end")
@@ -52,10 +53,7 @@ def timeline_frame(steps: pd.DataFrame) -> pd.DataFrame:
         prev_end.loc[g.index] = np.concatenate([[np.nan], g["dev_end"].to_numpy(np.float64)[:-1]])
     out["prev_end"] = prev_end
     out["mark"] = steps["iter_start"] + steps["sched_s"] + steps["plan_wait_s"]
-    if "graph_replay" in steps:
-        out["graph"] = steps["graph_replay"].to_numpy() > 0
-    else:
-        out["graph"] = (steps["num_prefills"] == 0) & (steps["padded_decodes"] > 0)
+    out["graph"] = graph_replays(steps)
     after_launch = steps["dev_end"] - np.maximum(steps["dev_start"], graph_enqueued(steps))
     out["tail_s"] = steps["dev_end"] - steps["launch_end"]
     out["device_s"] = np.where(out["graph"], after_launch, steps["dev_end"] - steps["dev_start"])
