@@ -45,25 +45,50 @@ def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph
 
 
 # Token-graph modes (the engine's ``token_graph_mode``), and the most sequences a step may have
-# for ``hybrid`` to replay the whole-step graph: FlashInfer's CUDA-graph prefill plan gives
-# every sequence a query tile of up to 128 rows, so a step with many decodes does more
+# for ``hybrid`` to replay the whole-step graph: FlashInfer's CUDA-graph prefill plan of a graph
+# of ``t`` tokens holds ``min(t, max_running)`` sequences, and above ``max_running`` tokens it
+# gives every sequence a query tile of 128 rows, so a step with many decodes does more
 # attention work there than in the eager plan, while its launch is hidden by the device anyway.
 TOKEN_GRAPH_MODES = ("full", "piecewise", "hybrid")
 HYBRID_FULL_MAX_SEQS = 32
+# ``hybrid`` also replays whole a step of more sequences when it has at most this many new
+# tokens per sequence (mostly decodes) and is padded to at most ``max_running`` tokens: that
+# graph's plan holds a sequence per token, so its tiles have 16 rows, as the eager plan's
+# would (for a GQA group of 2; engine/README.md has the measurements).
+HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ = 8
+
+
+def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
+                       decode_heavy: bool = True) -> bool:
+    """Whether a token-graph step (``num_tokens`` over ``num_seqs`` sequences, padded to
+    ``padded_tokens``) is decode-heavy within ``max_running`` tokens, so that ``hybrid`` replays
+    it whole whatever its sequence count (``decode_heavy`` false: engines built before this)."""
+    return (decode_heavy and padded_tokens <= max_running
+            and 0 < num_tokens <= HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ * num_seqs)
+
+
+def hybrid_replays_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
+                         decode_heavy: bool = True) -> bool:
+    """Whether ``hybrid`` replays a token-graph step as its whole-step graph rather than the
+    pieces: at most `HYBRID_FULL_MAX_SEQS` sequences, or `decode_heavy_whole`."""
+    return num_seqs <= HYBRID_FULL_MAX_SEQS or decode_heavy_whole(
+        num_seqs, num_tokens, padded_tokens, max_running, decode_heavy)
 
 
 def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_graph_bs: int = 256,
-                      token_graph_mode: str = "full", num_seqs: int = 0) -> bool:
+                      token_graph_mode: str = "full", num_seqs: int = 0, num_tokens: int = 0,
+                      padded_tokens: int = 0, max_running: int = 256, decode_heavy: bool = True) -> bool:
     """Whether the engine runs a step as one CUDA-graph replay: a decode graph, or a token graph
     of mode ``full`` (attention inside; ``piecewise`` token graphs leave it eager between
-    pieces; ``hybrid`` takes the full one for steps of at most `HYBRID_FULL_MAX_SEQS`
-    sequences, else the pieces). ``eager`` is `dense_layers`' flag. Such a step's device work
-    starts only once the replay is enqueued, at the end of its launch."""
+    pieces; ``hybrid`` takes the full one by `hybrid_replays_whole`, else the pieces).
+    ``eager`` is `dense_layers`' flag. Such a step's device work starts only once the replay is
+    enqueued, at the end of its launch."""
     if _decode_graph(num_decodes, decode_only, max_graph_bs):
         return True
     if eager:
         return False
-    return token_graph_mode == "full" or (token_graph_mode == "hybrid" and num_seqs <= HYBRID_FULL_MAX_SEQS)
+    return token_graph_mode == "full" or (token_graph_mode == "hybrid" and hybrid_replays_whole(
+        num_seqs, num_tokens, padded_tokens, max_running, decode_heavy))
 
 
 def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_tokens: int,
@@ -156,7 +181,8 @@ class Batch:
     ``out_pos[i]`` is that token's index among the request's outputs (else -1). ``is_decode[i]``
     marks one-token steps of a request that already has output. ``decode_shared_ctx``: tokens of
     the decodes' cached-prefix pages that more than one decode of the step reads, counted once
-    per extra reader (set by the scheduler; 0 without a prefix cache).
+    per extra reader (set by the scheduler; 0 without a prefix cache). The graph fields after it
+    are the engine's (`SchedulerConfig`), for `features`.
     """
 
     step: int
@@ -171,6 +197,7 @@ class Batch:
     piecewise_max_tokens: int = 2048
     token_graph_mode: str = "hybrid"
     max_running: int = 256
+    hybrid_decode_heavy: bool = True
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -205,7 +232,7 @@ class Batch:
         decode_only = nd == len(self.reqs)
         rows, eager = dense_layers(new_tokens, nd, decode_only, self.max_graph_bs, self.piecewise_max_tokens)
         replay = replays_one_graph(nd, decode_only, eager, self.max_graph_bs, self.token_graph_mode,
-                                   len(self.reqs))
+                                   len(self.reqs), new_tokens, rows, self.max_running, self.hybrid_decode_heavy)
         return BatchFeatures(
             num_seqs=len(self.reqs),
             num_decodes=nd,

@@ -24,7 +24,9 @@ class SchedulerConfig:
       (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature;
       ``token_graph_mode``: "full" (the attention inside those graphs, so such a step is one
       replay), "piecewise" (the attention eager between graphs) or "hybrid" (full for steps
-      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences), for ``graph_replay``.
+      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences), for ``graph_replay``;
+      ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
+      ``max_running`` tokens (`batch.hybrid_replays_whole`; false for engines built before it).
     """
 
     max_num_batched_tokens: int = 8192
@@ -38,6 +40,7 @@ class SchedulerConfig:
     max_graph_bs: int = 256
     piecewise_max_tokens: int = 2048
     token_graph_mode: str = "hybrid"
+    hybrid_decode_heavy: bool = True
 
     def validate(self) -> None:
         if self.token_graph_mode not in TOKEN_GRAPH_MODES:

@@ -204,7 +204,8 @@ class Scheduler:
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs, self._shared_ctx(nodes, cached),
-                     self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running)
+                     self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running,
+                     self.config.hybrid_decode_heavy)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -529,7 +530,8 @@ class Scheduler:
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
         rows, eager = dense_layers(b, b, True, self.config.max_graph_bs, self.config.piecewise_max_tokens)
-        replay = replays_one_graph(b, True, eager, self.config.max_graph_bs, self.config.token_graph_mode, b)
+        replay = replays_one_graph(b, True, eager, self.config.max_graph_bs, self.config.token_graph_mode, b, b,
+                                   rows, self.config.max_running, self.config.hybrid_decode_heavy)
         cached = [r for r in self.running if r.cache_node is not None]
         shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [

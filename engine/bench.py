@@ -117,7 +117,7 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
                               cuda_graphs=not args.no_cuda_graphs, overlap=False if args.no_overlap else None,
                               max_graph_bs=args.max_graph_bs, cache=args.cache,
                               piecewise_max_tokens=args.piecewise_max_tokens,
-                              token_graph_mode=args.token_graphs,
+                              token_graph_mode=args.token_graphs, hybrid_decode_heavy=not args.no_decode_heavy,
                               scheduler={"max_num_batched_tokens": args.max_tokens,
                                          "chunk_size": args.max_tokens, "max_running": args.max_running})
     if args.device:
@@ -131,13 +131,16 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
 
 
 def add_token_graph_args(ap: argparse.ArgumentParser) -> None:
-    """``--piecewise-max-tokens`` and ``--token-graphs`` (`EngineConfig.piecewise_max_tokens`,
-    ``token_graph_mode``), for this CLI and the others that build an engine."""
+    """``--piecewise-max-tokens``, ``--token-graphs`` and ``--no-decode-heavy``
+    (`EngineConfig.piecewise_max_tokens`, ``token_graph_mode``, ``hybrid_decode_heavy``), for this
+    CLI and the others that build an engine."""
     ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
                     help="largest prefill/mixed step that replays a token graph (0: none)")
     ap.add_argument("--token-graphs", default="hybrid", choices=TOKEN_GRAPH_MODES,
                     help="token graphs: the whole forward (full), the dense layers only (piecewise), "
                          "or full for steps of <= 32 sequences, else piecewise (hybrid)")
+    ap.add_argument("--no-decode-heavy", action="store_true",
+                    help="hybrid: decode-heavy steps of > 32 sequences take the pieces (EngineConfig.hybrid_decode_heavy)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,8 @@ from typing import Any, Mapping
 from twinserve.core.config import SchedulerConfig
 
 # SchedulerConfig fields the engine decides itself (from the pool and the model).
-ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens", "token_graph_mode")
+ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens", "token_graph_mode",
+                "hybrid_decode_heavy")
 
 
 @dataclass
@@ -22,7 +23,8 @@ class EngineConfig:
       on GPU (free memory after weights − activation reserve) × ``mem_fraction``, on CPU
       ``cpu_kv_tokens / page_size``.
     - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size,
-      num_pages, max_graph_bs, piecewise_max_tokens and token_graph_mode are set by the engine,
+      num_pages, max_graph_bs, piecewise_max_tokens, token_graph_mode and hybrid_decode_heavy
+      are set by the engine,
       max_model_len defaults to the model's. ``scheduling``/``memory``/``cache`` are policy
       names (+ ``*_kwargs``).
     - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only),
@@ -30,7 +32,9 @@ class EngineConfig:
       captured for its padded token count: ``token_graph_mode="full"`` the whole forward with
       FlashInfer's CUDA-graph prefill attention (engine/step_graph.py), ``"piecewise"`` the
       dense layers with the attention eager (engine/piecewise_graph.py), ``"hybrid"`` (the
-      default) both, full for steps of at most 32 sequences (engine/token_graphs.py).
+      default) both, full for steps of at most 32 sequences (engine/token_graphs.py);
+      ``hybrid_decode_heavy``: ``hybrid`` also replays whole the steps of at most 8 new tokens
+      per sequence padded to at most ``max_running`` tokens (`core.batch.decode_heavy_whole`).
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
@@ -66,6 +70,7 @@ class EngineConfig:
     max_graph_bs: int = 256
     piecewise_max_tokens: int = 2048
     token_graph_mode: str = "hybrid"
+    hybrid_decode_heavy: bool = True
     overlap: bool | None = None
     attention_backend: str = "auto"
     kernels: str = "auto"
@@ -89,7 +94,7 @@ class EngineConfig:
                 raise ValueError(f"unknown scheduler fields: {sorted(unknown)}")
         values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs,
                       piecewise_max_tokens=self.piecewise_max_tokens if graphs else 0,
-                      token_graph_mode=self.token_graph_mode)
+                      token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy)
         values["max_model_len"] = min(int(values.get("max_model_len", max_model_len)), max_model_len)
         cfg = SchedulerConfig(**values)
         cfg.validate()

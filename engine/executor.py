@@ -111,4 +111,4 @@ class RankExecutor:
                                   use_graphs=graphs,
                                   max_graph_bs=cfg.max_graph_bs,
                                   wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens,
-                                  token_graph_mode=cfg.token_graph_mode)
+                                  token_graph_mode=cfg.token_graph_mode, hybrid_decode_heavy=cfg.hybrid_decode_heavy)

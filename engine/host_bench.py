@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
-                       piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs)
+                       piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs,
+                       hybrid_decode_heavy=not args.no_decode_heavy)
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []

@@ -49,7 +49,9 @@ class ModelRunner:
     (`CudaGraphRunner`); with ``piecewise_max_tokens`` > 0 every other step of up to that many
     tokens replays the token graphs of ``token_graph_mode`` (engine/token_graphs.py: ``full``,
     the whole forward with its attention; ``piecewise``, the dense layers with the attention
-    eager; ``hybrid``, full for small steps, else piecewise); the rest run eagerly. ``use_graphs`` switches both off and on (graphs stay captured).
+    eager; ``hybrid``, full for small steps, and decode-heavy ones with
+    ``hybrid_decode_heavy``, else piecewise); the rest run eagerly. ``use_graphs`` switches
+    both off and on (graphs stay captured).
 
     Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
     inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler
@@ -65,7 +67,8 @@ class ModelRunner:
 
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
                  max_graph_bs: int, wait_event: Callable[[object], None] = synchronize_event,
-                 piecewise_max_tokens: int = 0, token_graph_mode: str = "hybrid") -> None:
+                 piecewise_max_tokens: int = 0, token_graph_mode: str = "hybrid",
+                 hybrid_decode_heavy: bool = True) -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
@@ -87,7 +90,8 @@ class ModelRunner:
         if use_graphs and piecewise_max_tokens > 0:
             self.token_graphs = TOKEN_GRAPHS.create(
                 token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=piecewise_max_tokens,
-                max_rows=attn.spec.max_batch_size, stream=self.graphs.stream)
+                max_rows=attn.spec.max_batch_size, stream=self.graphs.stream,
+                decode_heavy=hybrid_decode_heavy)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None

@@ -5,8 +5,10 @@
   attention calls, the attention eager;
 - ``hybrid`` (`HybridGraphs`): both captured; a step of at most
   `core.batch.HYBRID_FULL_MAX_SEQS` sequences replays the full graph (its launch is what
-  paces a small step), a larger one the pieces (FlashInfer's graph plan would give each of its
-  many decodes a whole query tile).
+  paces a small step), and so does a decode-heavy step of at most ``max_rows`` tokens
+  (`core.batch.decode_heavy_whole`: its plan's tiles are as small as the eager plan's); any
+  other step replays the pieces (above ``max_rows`` tokens FlashInfer's graph plan would give
+  each of its many decodes a 128-row query tile).
 
 All pad a step of ``n`` tokens to ``core.batch.padded_token_count(n, max_tokens)`` and are
 driven by the runner as ``t = size_for(n)``; ``whole = plan(t, attention_inputs)`` (True when the
@@ -19,7 +21,7 @@ from typing import Protocol
 
 import torch
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, decode_heavy_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
@@ -41,19 +43,25 @@ class TokenGraphs(Protocol):
 
 
 TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
+# Every factory takes (model, attn, pool, max_tokens, max_rows, stream, decode_heavy); only
+# ``hybrid`` reads ``decode_heavy`` (`HybridGraphs`).
 
 
 class HybridGraphs:
-    """The full graphs for steps of at most ``max_full_seqs`` sequences, the pieces otherwise.
+    """The full graphs for steps of at most ``max_full_seqs`` sequences, or (``decode_heavy``)
+    of few tokens per sequence padded to at most ``max_rows`` tokens
+    (`core.batch.decode_heavy_whole`), the pieces otherwise.
 
     Invariant: ``forward`` runs the set that the last ``plan`` chose (the runner always calls
     them in pairs); both share the sizes, so ``size_for`` is either's.
     """
 
-    def __init__(self, full: TokenGraphs, pieces: TokenGraphs, max_full_seqs: int = HYBRID_FULL_MAX_SEQS) -> None:
+    def __init__(self, full: TokenGraphs, pieces: TokenGraphs, max_full_seqs: int = HYBRID_FULL_MAX_SEQS,
+                 max_rows: int = 256, decode_heavy: bool = True) -> None:
         if full.sizes != pieces.sizes:
             raise ValueError("hybrid token graphs need both sets captured for the same sizes")
         self.full, self.pieces, self.max_full_seqs = full, pieces, max_full_seqs
+        self.max_rows, self.decode_heavy = max_rows, decode_heavy
         self.max_tokens, self.sizes = full.max_tokens, full.sizes
         self._chosen: TokenGraphs = full
 
@@ -67,7 +75,10 @@ class HybridGraphs:
         return self.full.size_for(num_tokens)
 
     def plan(self, t: int, inputs: AttentionInputs) -> bool:
-        self._chosen = self.full if inputs.batch_size <= self.max_full_seqs else self.pieces
+        n = inputs.batch_size
+        whole = n <= self.max_full_seqs or decode_heavy_whole(n, inputs.num_tokens, t, self.max_rows,
+                                                               self.decode_heavy)
+        self._chosen = self.full if whole else self.pieces
         return self._chosen.plan(t, inputs)
 
     def forward(self, t: int, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -76,7 +87,7 @@ class HybridGraphs:
 
 @TOKEN_GRAPHS.register("full")
 def _full(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-          stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+          stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
     from twinserve.engine.step_graph import StepGraphs
 
     return StepGraphs(model, attn, pool, max_tokens, max_rows, stream=stream)
@@ -84,7 +95,7 @@ def _full(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int
 
 @TOKEN_GRAPHS.register("piecewise")
 def _piecewise(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-               stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+               stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
     from twinserve.engine.piecewise_graph import PiecewiseGraphs
 
     return PiecewiseGraphs(model, attn, max_tokens, stream=stream)
@@ -92,6 +103,7 @@ def _piecewise(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens
 
 @TOKEN_GRAPHS.register("hybrid")
 def _hybrid(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-            stream: "torch.cuda.Stream | None" = None) -> TokenGraphs:
+            stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
     full = _full(model, attn, pool, max_tokens, max_rows, stream)
-    return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream))
+    return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream),
+                        max_rows=max_rows, decode_heavy=decode_heavy)

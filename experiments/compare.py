@@ -227,8 +227,10 @@ def engine_overlapped(summary: dict[str, Any]) -> bool:
 def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[str]:
     """Simulator overrides that match an engine run: its KV pool size (``kv.num_pages``, when it
     ran a step), its loop (``backend.pipeline`` when it overlapped) and its token graphs
-    (``scheduler.piecewise_max_tokens`` and ``scheduler.token_graph_mode`` from the engine
-    config it recorded; an engine that recorded a cap but no mode had piecewise graphs only)."""
+    (``scheduler.piecewise_max_tokens``, ``scheduler.token_graph_mode`` and
+    ``scheduler.hybrid_decode_heavy`` from the engine config it recorded; an engine that
+    recorded a cap but no mode had piecewise graphs only, one without the decode-heavy flag
+    sent decode-heavy steps of over 32 sequences to the pieces)."""
     out = []
     if len(steps):
         pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
@@ -238,6 +240,7 @@ def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[st
     if "piecewise_max_tokens" in ecfg:
         out.append(f"scheduler.piecewise_max_tokens={int(ecfg['piecewise_max_tokens'])}")
         out.append(f"scheduler.token_graph_mode={ecfg.get('token_graph_mode', 'piecewise')}")
+        out.append(f"scheduler.hybrid_decode_heavy={str(bool(ecfg.get('hybrid_decode_heavy', False))).lower()}")
     return out
 
 

@@ -78,6 +78,7 @@ def engine_config(ctx: RunContext) -> Any:
         max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
         piecewise_max_tokens=int(cfg["scheduler"].get("piecewise_max_tokens", 2048)),
         token_graph_mode=str(cfg["scheduler"].get("token_graph_mode", "hybrid")),
+        hybrid_decode_heavy=bool(cfg["scheduler"].get("hybrid_decode_heavy", True)),
         mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
         scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
         cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES
-from twinserve.simulator.cost.calibration import term_factors
+from twinserve.simulator.cost.calibration import factor_value, term_factors
 from twinserve.simulator.cost.nnls import nnls
 
 REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
@@ -29,16 +29,15 @@ def regime_of(df: pd.DataFrame) -> pd.Series:
 
 
 def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
-    """One column per term (`calibration.term_factors`: features, hinges, products)."""
+    """One column per term (`calibration.term_factors`: features, hinges, caps, products)."""
     cols = []
     for t in terms:
         if t == "1":
             cols.append(np.ones(len(df)))
             continue
         v = np.ones(len(df))
-        for name, knot in term_factors(t):
-            f = df[name].to_numpy(dtype=np.float64)
-            v = v * (f if knot is None else np.maximum(f - knot, 0.0))
+        for name, knot, cap in term_factors(t):
+            v = v * factor_value(df[name].to_numpy(dtype=np.float64), knot, cap, np.maximum)
         cols.append(v)
     return np.column_stack(cols) if cols else np.zeros((len(df), 0))
 
@@ -122,7 +121,8 @@ def graph_replays(steps: pd.DataFrame) -> pd.Series:
 def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
     """``steps`` with a ``graph_replay`` column by the rule of token-graph ``mode``
     (`core.batch.replays_one_graph`), for a profile recorded without that column by an engine
-    known to have run ``mode``; a recorded column is left as it is."""
+    known to have run ``mode`` (built before ``hybrid_decode_heavy``); a recorded
+    column is left as it is."""
     if "graph_replay" in steps:
         return steps
     if mode not in TOKEN_GRAPH_MODES:

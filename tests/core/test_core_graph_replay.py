@@ -62,3 +62,36 @@ def test_the_scheduler_records_wide_tiles_for_large_whole_steps():
     g = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True],
               token_graph_mode="piecewise").features()
     assert (g.graph_replay, g.wide_tiles) == (0, 0)
+
+
+def test_hybrid_replays_decode_heavy_steps_within_the_running_cap_whole():
+    from twinserve.core.batch import HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ, decode_heavy_whole, wide_tiles_of
+
+    k = HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ
+    assert decode_heavy_whole(40, k * 40, 256, 256) and not decode_heavy_whole(40, k * 40 + 1, 256, 256)
+    assert not decode_heavy_whole(40, 200, 288, 256)   # padded above the running cap: 128-row tiles
+    assert not decode_heavy_whole(40, 200, 256, 256, decode_heavy=False)
+    # hybrid: 100 sequences of 2 tokens each (padded to 208) replay whole, of 20 each in pieces
+    assert replays_one_graph(99, False, False, 256, "hybrid", 100, 200, 208, 256)
+    assert not replays_one_graph(99, False, False, 256, "hybrid", 100, 2000, 2048, 256)
+    assert not replays_one_graph(99, False, False, 256, "hybrid", 100, 200, 208, 256, decode_heavy=False)
+    assert not replays_one_graph(99, False, False, 256, "hybrid", 100, 300, 320, 256)
+    assert replays_one_graph(99, False, False, 256, "hybrid", 20, 2000, 2048, 256)  # few sequences
+    # within the cap the graph's plan holds a sequence per token: no wide tiles
+    assert not wide_tiles_of(True, False, 99, 208, 256, 256)
+
+
+def test_the_scheduler_passes_the_decode_heavy_flag_to_its_batches():
+    from twinserve.core.batch import Batch
+
+    class R:
+        pass
+
+    reqs = [R() for _ in range(40)]
+    args = (0, reqs, [100] * 39 + [0], [1] * 39 + [200], [True] * 40, [0] * 40, [True] * 39 + [False])
+    f = Batch(*args, token_graph_mode="hybrid").features()
+    assert (f.new_tokens, f.padded_tokens, f.graph_replay, f.wide_tiles) == (239, 240, 1, 0)
+    g = Batch(*args, token_graph_mode="hybrid", hybrid_decode_heavy=False).features()
+    assert (g.graph_replay, g.wide_tiles) == (0, 0)
+    h = Batch(*args, token_graph_mode="hybrid", max_running=128).features()  # 240 tokens > 128
+    assert h.graph_replay == 0

@@ -101,7 +101,9 @@ def test_token_graph_modes_are_named_and_an_unknown_one_fails_early(tiny_model_d
         LLM(str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=1024, token_graph_mode="whole")
 
 
-def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_model_dir, hf_model):
+@pytest.mark.parametrize("decode_heavy", [False, True])
+def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_model_dir, hf_model, decode_heavy):
+    from twinserve.core.batch import decode_heavy_whole
     from twinserve.engine.piecewise_graph import PiecewiseGraphs
     from twinserve.engine.token_graphs import HybridGraphs
 
@@ -110,12 +112,17 @@ def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_mo
               scheduler={"chunk_size": 16, "max_num_batched_tokens": 40, "max_running": 4})
     r = llm.engine.runner
     hy = HybridGraphs(StepGraphs(r.model, r.attn, r.pool, max_tokens=32, max_rows=4, capture=False),
-                      PiecewiseGraphs(r.model, r.attn, max_tokens=32, capture=False), max_full_seqs=2)
+                      PiecewiseGraphs(r.model, r.attn, max_tokens=32, capture=False), max_full_seqs=2,
+                      max_rows=16, decode_heavy=decode_heavy)
     chosen = []
     for name, g in (("full", hy.full), ("pieces", hy.pieces)):
         plan = g.plan
-        g.plan = lambda t, inputs, plan=plan, name=name: chosen.append((name, inputs.batch_size)) or plan(t, inputs)
+        g.plan = lambda t, inputs, plan=plan, name=name: chosen.append(
+            (name, inputs.batch_size, inputs.num_tokens, t)) or plan(t, inputs)
     r.token_graphs, r.use_graphs = hy, True
     assert not greedy_mismatches(llm, hf_model(d), random_prompts([5, 17, 40, 63], seed=4), 10)
-    assert {n for n, _ in chosen} == {"full", "pieces"}
-    assert all((n == "full") == (rows <= 2) for n, rows in chosen)
+    assert {n for n, *_ in chosen} == {"full", "pieces"}
+    assert all((n == "full") == (rows <= 2 or decode_heavy_whole(rows, tokens, t, 16, decode_heavy))
+               for n, rows, tokens, t in chosen)
+    # steps of 3-4 decodes (padded to 16 tokens) are decode-heavy: whole only with the rule
+    assert any(n == "full" and rows > 2 for n, rows, *_ in chosen) is decode_heavy
