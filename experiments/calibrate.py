@@ -27,6 +27,7 @@ import pandas as pd
 
 from twinserve.core.batch import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance, fit_calibration
+from twinserve.simulator.cost.fit import DENSE_MODELS
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import predict_span, regime_of
@@ -84,13 +85,15 @@ def step_errors(cal: Calibration, steps: pd.DataFrame) -> list[RegimeError]:
 
 
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
-                    command: str, notes: dict[str, Any] | None = None, seed: int = 0) -> Calibration:
-    """Fit a `Calibration` on step rows; non-positive durations are dropped. The notes (JSON)
-    carry ``notes`` plus the error on the replay rows (``phase == "replay"``) when present."""
+                    command: str, notes: dict[str, Any] | None = None, seed: int = 0,
+                    dense: str = "hinge") -> Calibration:
+    """Fit a `Calibration` on step rows (``dense``: `cost.fit.DENSE_MODELS`); non-positive
+    durations are dropped. The notes (JSON) carry ``notes`` plus the error on the replay rows
+    (``phase == "replay"``) when present."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
                       date=dt.date.today().isoformat(), command=command)
-    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed)
+    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed, dense=dense)
     extra = dict(notes or {})
     extra["rows"] = int(len(steps))
     if "phase" in steps:
@@ -138,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--token-graph-mode", choices=TOKEN_GRAPH_MODES, default=None,
                     help="with --from-steps: the token-graph mode of the engine that recorded a profile "
                          "without the graph_replay column (which steps were one graph replay)")
+    ap.add_argument("--dense", choices=DENSE_MODELS, default="hinge",
+                    help="the dense layers' time against their rows in prefill and mixed fits: a line "
+                         "with one hinge chosen by cross-validation, or a piecewise-linear curve")
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                     help="whether host time hides behind device time (auto: the engine's mode)")
     return ap
@@ -171,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
             steps.to_parquet(args.steps_out, index=False)
     if args.overlap != "auto":
         overlap = args.overlap == "on"
-    cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info, seed=args.seed)
+    cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info, seed=args.seed,
+                          dense=args.dense)
     out = Path(args.out or f"{args.work_dir}/{gpu}_{model}_tp{args.tp}.json")
     cal.save(out)
     CalibratedCostModel(out)  # the simulator can read what was written

@@ -9,12 +9,13 @@ import numpy as np
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
-from twinserve.simulator.cost.calibration import Calibration, LinearFit, term_factors
+from twinserve.simulator.cost.calibration import Calibration, LinearFit, factor_value, term_factors
 
 
 class _Linear:
     """A `LinearFit` compiled for evaluation: sum(coef[i] * term[i]) in the fit's order; terms
-    are "1", "f", "f>k" (``mx(f - k, 0)``) or products "f*g" (`calibration.term_factors`),
+    are "1", "f", "f>k" (``mx(f - k, 0)``), "f<k" (``k - mx(k - f, 0)``) or products "f*g"
+    (`calibration.term_factors`, `calibration.factor_value`),
     parsed once. Called on a ``BatchFeatures``-like ``x`` with ``mx`` as the elementwise max."""
 
     __slots__ = ("_terms",)
@@ -30,10 +31,8 @@ class _Linear:
                 acc = acc + c
                 continue
             v: Any = None
-            for name, knot in factors:
-                f = getattr(x, name)
-                if knot is not None:
-                    f = mx(f - knot, 0.0)
+            for name, knot, cap in factors:
+                f = factor_value(getattr(x, name), knot, cap, mx)
                 v = f if v is None else v * f
             acc = acc + v * c
         return acc

@@ -29,8 +29,9 @@ Format (``version`` 1), one JSON object::
     }                                                       # fit per CUDA-graph batch size
 
 A term is ``"1"``, a feature name, a hinge ``"feature>k"`` (``max(feature - k, 0)``: a slope that
-starts at ``k``, e.g. where the GEMMs stop being bound by weight reads), or a product of those
-(``"a*b"``); a regime's prediction is
+starts at ``k``, e.g. where the GEMMs stop being bound by weight reads), a cap ``"feature<k"``
+(``min(feature, k)``: a slope that ends at ``k``), or a product of those (``"a*b"``); hinges and
+caps on one feature make a piecewise-linear curve; a regime's prediction is
 ``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
 ``prefill`` = no decode, ``mixed`` = both. ``mape`` is the 5-fold cross-validated mean absolute
 percentage error (as a fraction; null when not measured) of coefficients that are themselves
@@ -46,7 +47,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from twinserve.core.batch import BatchFeatures
 
@@ -54,19 +55,34 @@ FORMAT_VERSION = 1
 REGIMES = ("decode", "prefill", "mixed")
 
 
-def term_factors(term: str) -> list[tuple[str, float | None]]:
-    """The factors of a term other than ``"1"``: ``(feature, None)`` for a feature and
-    ``(feature, k)`` for a hinge ``"feature>k"``, which reads ``max(feature - k, 0)``."""
-    out: list[tuple[str, float | None]] = []
+def term_factors(term: str) -> list[tuple[str, float | None, bool]]:
+    """The factors of a term other than ``"1"``, as ``(feature, knot, cap)``: ``(f, None,
+    False)`` for a feature, ``(f, k, False)`` for a hinge ``"f>k"``, which reads ``max(f - k,
+    0)``, and ``(f, k, True)`` for a cap ``"f<k"``, which reads ``min(f, k)`` (`factor_value`)."""
+    out: list[tuple[str, float | None, bool]] = []
     for part in term.split("*"):
-        name, sep, knot = part.partition(">")
-        out.append((name, float(knot) if sep else None))
+        for op in "><":
+            name, sep, knot = part.partition(op)
+            if sep:
+                out.append((name, float(knot), op == "<"))
+                break
+        else:
+            out.append((part, None, False))
     return out
 
 
+def factor_value(f: Any, knot: float | None, cap: bool, mx: Callable[[Any, float], Any]) -> Any:
+    """One factor of a term (`term_factors`) at feature value ``f``, with ``mx`` the elementwise
+    max (``np.maximum``, or the simulator's symbolic one): ``f``, ``max(f - k, 0)`` for a hinge,
+    ``min(f, k) = k - max(k - f, 0)`` for a cap."""
+    if knot is None:
+        return f
+    return knot - mx(knot - f, 0.0) if cap else mx(f - knot, 0.0)
+
+
 def check_terms(terms: Sequence[str]) -> None:
-    """Raise ValueError for a term that is not "1" or a product of features and hinges
-    (``"a*b"``, ``"new_tokens>1024"``)."""
+    """Raise ValueError for a term that is not "1" or a product of features, hinges and caps
+    (``"a*b"``, ``"new_tokens>1024"``, ``"padded_tokens<512"``)."""
     known = set(BatchFeatures.names())
     for t in terms:
         if t == "1":
@@ -74,8 +90,8 @@ def check_terms(terms: Sequence[str]) -> None:
         try:
             factors = term_factors(t)
         except ValueError:
-            raise ValueError(f"calibration term '{t}': a hinge reads 'feature>number'") from None
-        bad = [name for name, _ in factors if name not in known]
+            raise ValueError(f"calibration term '{t}': a hinge reads 'feature>number', a cap 'feature<number'") from None
+        bad = [name for name, _, _ in factors if name not in known]
         if bad:
             raise ValueError(f"calibration term '{t}': unknown feature(s) {bad}; known: {sorted(known)}")
 
@@ -204,7 +220,7 @@ class Calibration:
         host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
                                              self.host.tail, self.host.pre, *self.host.launch.values()]
         used = sorted({name for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
-                       if t != "1" for name, _ in term_factors(t)})
+                       if t != "1" for name, _, _ in term_factors(t)})
         self.features = sorted(set(self.features) | set(used))
 
     # ---- JSON ------------------------------------------------------------------------------

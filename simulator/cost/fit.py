@@ -27,10 +27,21 @@ DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
               "wide_tiles*decode_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
-# Knots tried for a hinge on the dense layers' rows in the eager regimes' default terms: below
-# the knot the GEMMs are bound by weight reads, above it by compute (`_choose_hinge`).
+# How the default terms model the dense layers' time against their rows (``padded_tokens``) in
+# the prefill and mixed fits, by name (``fit_calibration(dense=...)``):
+# - "hinge": a line plus at most one hinge, its knot chosen inside each fold from
+#   `HINGE_KNOTS` (below the knot the GEMMs are bound by weight reads, above it by compute;
+#   `_choose_hinge`);
+# - "curve": a piecewise-linear curve, caps below and hinges above fixed knots (`DENSE_CURVE`),
+#   their coefficients non-negative like the others', so the slope may fall with size (small
+#   steps, bound by kernel latency) and rise again (large ones, bound by compute).
+DENSE_MODELS = ("hinge", "curve")
 HINGE_FEATURE = "padded_tokens"
 HINGE_KNOTS: tuple[int, ...] = (256, 512, 1024, 2048)
+DENSE_CAPS: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+DENSE_HINGES: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
+DENSE_CURVE: tuple[str, ...] = (*(f"{HINGE_FEATURE}<{k}" for k in DENSE_CAPS),
+                                *(f"{HINGE_FEATURE}>{k}" for k in DENSE_HINGES))
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
@@ -61,6 +72,7 @@ def fit_calibration(
     min_rows: int = 10,
     bucket_offsets: bool = True,
     episodes: bool = True,
+    dense: str = "hinge",
 ) -> Calibration:
     """Fit one linear model per regime to the device time of ``steps`` (one row per step with
     the ``BatchFeatures`` columns, as ``StepRecord.as_row`` writes them, and ``duration``).
@@ -76,16 +88,22 @@ def fit_calibration(
     it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
     steps it finds in slow-host episodes are left out of the device fits and errors (their
     spans may be paced by the slow host), unless their span exceeds ``DEVICE_BOUND_RATIO``
-    times their launch. Without explicit ``terms``, the prefill and mixed
-    fits may get a hinge on ``padded_tokens``, chosen inside each fold (`_choose_hinge`), and
-    the decode and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
+    times their launch. Without explicit ``terms``, the prefill and mixed fits model the dense
+    layers by ``dense`` (`DENSE_MODELS`: "hinge", a hinge on ``padded_tokens`` chosen inside
+    each fold, `_choose_hinge`; "curve", the piecewise-linear `DENSE_CURVE`), and the decode
+    and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
     has steps whose decodes share KV pages (`shares_kv`): a shared page costs its first read
     at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s.
     """
-    hinges = terms is None
+    if dense not in DENSE_MODELS:
+        raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
+    defaults = terms is None
+    hinges = defaults and dense == "hinge"
     steps = with_derived_features(steps)
     terms = dict(DEFAULT_TERMS if terms is None else terms)
-    if hinges and shares_kv(steps):
+    if defaults and dense == "curve":
+        terms = {k: (*v, *DENSE_CURVE) if k != "decode" else v for k, v in terms.items()}
+    if defaults and shares_kv(steps):
         terms = {k: (*v, SHARED_TERM) if "decode_ctx" in v else v for k, v in terms.items()}
     for t in [*terms.values(), cpu_terms]:
         check_terms(t)

@@ -1,4 +1,4 @@
-"""Calibration terms with hinges, the knot chosen by cross-validation, and k-fold errors."""
+"""Calibration terms with hinges and caps (the dense layers' piecewise-linear curve), and k-fold errors."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ from twinserve.simulator.cost.calibration import check_terms, term_factors
 from twinserve.simulator.cost.linear import term_matrix
 
 
-def _rows(n: int, seed: int, kink: float | None, noise: float = 0.0) -> pd.DataFrame:
+def _rows(n: int, seed: int, kink: float | None, noise: float = 0.0, bend: float | None = None) -> pd.DataFrame:
     """Prefill rows whose device time is 2 ms + 2 us/token, plus 18 us/token above ``kink``
-    tokens (GEMMs that turn compute bound), and decode rows on a line."""
+    tokens (GEMMs that turn compute bound) and 10 us/token below ``bend`` (small steps that
+    cost more per token), and decode rows on a line."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         if i % 2:
             t = int(rng.integers(16, 8192))
-            y = 2e-3 + 2e-6 * t + (18e-6 * max(t - kink, 0) if kink is not None else 0.0)
+            y = 2e-3 + 2e-6 * t + (18e-6 * max(t - kink, 0) if kink is not None else 0.0) \
+                + (10e-6 * min(t, bend) if bend is not None else 0.0)
             rows.append(dict(num_seqs=1, num_decodes=0, num_prefills=1, new_tokens=t, prefill_tokens=t,
                              decode_ctx=0, prefill_ctx=t, prefill_attn=t * (t + 1) // 2, padded_decodes=0,
                              max_ctx=t, duration=y))
@@ -35,16 +37,20 @@ def _rows(n: int, seed: int, kink: float | None, noise: float = 0.0) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def test_hinge_terms_parse_and_are_checked() -> None:
-    assert term_factors("new_tokens>1024") == [("new_tokens", 1024.0)]
-    assert term_factors("num_seqs*decode_ctx") == [("num_seqs", None), ("decode_ctx", None)]
-    check_terms(["1", "new_tokens>512", "num_seqs*new_tokens>64"])
+def test_hinge_and_cap_terms_parse_and_are_checked() -> None:
+    assert term_factors("new_tokens>1024") == [("new_tokens", 1024.0, False)]
+    assert term_factors("padded_tokens<512") == [("padded_tokens", 512.0, True)]
+    assert term_factors("num_seqs*decode_ctx") == [("num_seqs", None, False), ("decode_ctx", None, False)]
+    check_terms(["1", "new_tokens>512", "num_seqs*new_tokens>64", "new_tokens<256"])
     with pytest.raises(ValueError, match="hinge"):
         check_terms(["new_tokens>lots"])
+    with pytest.raises(ValueError, match="cap"):
+        check_terms(["new_tokens<few"])
     with pytest.raises(ValueError, match="unknown feature"):
         check_terms(["tokens>5"])
     df = pd.DataFrame({"new_tokens": [100, 1024, 3000]})
     assert term_matrix(df, ["new_tokens>1024"])[:, 0].tolist() == [0.0, 0.0, 1976.0]
+    assert term_matrix(df, ["new_tokens<1024"])[:, 0].tolist() == [100.0, 1024.0, 1024.0]
 
 
 def test_a_kinked_prefill_gets_its_hinge_and_the_line_does_not() -> None:
@@ -64,6 +70,31 @@ def test_a_kinked_prefill_gets_its_hinge_and_the_line_does_not() -> None:
     assert fixed.regimes["prefill"].terms == ["1", "new_tokens"] and fixed.regimes["prefill"].mape > 0.05
 
 
+@pytest.mark.parametrize("kink,bend", [(1024, None), (None, 512), (2048, 256)])
+def test_the_dense_curve_fits_slopes_that_rise_and_fall_at_its_knots(kink, bend) -> None:
+    from twinserve.simulator.cost.fit import DENSE_CURVE
+
+    prov = Provenance("h200", "llama3-8b", 1)
+    steps = _rows(800, 0, kink=kink, bend=bend)
+    cal = fit_calibration(steps, prov, overlap=False, dense="curve")
+    p = cal.regimes["prefill"]
+    assert p.terms[-len(DENSE_CURVE):] == list(DENSE_CURVE) and p.mape < 1e-6
+    # without the curve the same rows are off by percents
+    fixed = fit_calibration(steps, prov, overlap=False, terms={
+        "decode": ("1", "num_seqs"), "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx")})
+    assert fixed.regimes["prefill"].terms[-1] == "prefill_ctx" and fixed.regimes["prefill"].mape > 0.01
+
+
+def test_a_line_needs_no_curve() -> None:
+    cal = fit_calibration(_rows(800, 0, kink=None), Provenance("h200", "llama3-8b", 1), overlap=False,
+                          dense="curve")
+    got = dict(zip(cal.regimes["prefill"].terms, cal.regimes["prefill"].coef))
+    assert cal.regimes["prefill"].mape < 1e-6
+    assert all(abs(v) < 1e-12 for t, v in got.items() if "<" in t or ">" in t)
+    with pytest.raises(ValueError, match="dense model"):
+        fit_calibration(_rows(40, 0, kink=None), Provenance("h200", "llama3-8b", 1), dense="spline")
+
+
 def test_fits_use_every_row_so_the_seed_moves_only_the_error_estimate() -> None:
     prov = Provenance("h200", "llama3-8b", 1)
     steps = _rows(600, 1, kink=512, noise=0.03)
@@ -75,8 +106,8 @@ def test_fits_use_every_row_so_the_seed_moves_only_the_error_estimate() -> None:
         assert 0.015 < a.regimes[name].mape < 0.04 and 0.015 < b.regimes[name].mape < 0.04
 
 
-def test_a_hinge_evaluates_alike_on_one_step_and_on_many(tmp_path) -> None:
-    prefill = LinearFit(["1", "new_tokens", "new_tokens>1024"], [2e-3, 2e-6, 1.8e-5])
+def test_hinges_and_caps_evaluate_alike_on_one_step_and_on_many(tmp_path) -> None:
+    prefill = LinearFit(["1", "new_tokens", "new_tokens>1024", "new_tokens<512"], [2e-3, 2e-6, 1.8e-5, 1e-5])
     cal = Calibration(Provenance("h200", "llama3-8b", 1),
                       {"decode": LinearFit(["1", "num_seqs"], [3e-3, 1e-5]), "prefill": prefill},
                       CpuFit(["1"], [0.0]))
@@ -86,7 +117,8 @@ def test_a_hinge_evaluates_alike_on_one_step_and_on_many(tmp_path) -> None:
                            max_ctx=t) for t in (100, 1024, 1025, 5000)]
     one = [model.step_time(f) for f in feats]
     assert list(model.step_times(FeatureColumns(feats))) == one  # bit for bit
-    assert one == pytest.approx([2e-3 + 2e-6 * t + 1.8e-5 * max(t - 1024, 0) for t in (100, 1024, 1025, 5000)])
+    assert one == pytest.approx([2e-3 + 2e-6 * t + 1.8e-5 * max(t - 1024, 0) + 1e-5 * min(t, 512)
+                                 for t in (100, 1024, 1025, 5000)])
     assert Calibration.load(tmp_path / "c.json").features == ["new_tokens", "num_seqs"]
 
 
