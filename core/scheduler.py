@@ -12,7 +12,7 @@ from twinserve.core.batch import (Batch, BatchFeatures, dense_layers, padded_bat
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
-from twinserve.core.request import PLACEHOLDER, Req, ReqState
+from twinserve.core.request import Req, ReqState
 
 _RUNNING = ReqState.RUNNING
 _WAITING = ReqState.WAITING
