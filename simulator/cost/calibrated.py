@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -38,14 +38,24 @@ class _Linear:
         return acc
 
 
-def _by_regime(x: Any, mx: Max, decode: Any, prefill: Any, mixed: Any) -> Any:
+def _by_regime(x: Any, mx: Max, decode: Callable[[], Any], prefill: Callable[[], Any],
+               mixed: Callable[[], Any]) -> Any:
     """Each step's value for its regime (decode: no prefill chunk; prefill: no decode; mixed:
-    both), picked with 0/1 indicators so that the formula stays + - * and max."""
+    both), the three given as thunks. Columns of steps of several regimes evaluate all three
+    and pick with 0/1 indicators, so that the formula stays + - * and max; one step
+    (`FeatureScalars`), or columns whose prefill and decode counts are one number each (a
+    fast-forward decode stretch, `FeatureColumns.arithmetic`), evaluate their one regime only:
+    the value the indicators give (finite values times 1.0 and 0.0), bit for bit."""
+    p, d = x.num_prefills, x.num_decodes
+    if isinstance(p, float) and isinstance(d, float):
+        if not p:
+            return decode()
+        return mixed() if d else prefill()
     any_prefill = 0.0 - mx(0.0 - x.num_prefills, -1.0)
     any_decode = 0.0 - mx(0.0 - x.num_decodes, -1.0)
-    return (decode * (1.0 - any_prefill)
-            + prefill * (any_prefill * (1.0 - any_decode))
-            + mixed * (any_prefill * any_decode))
+    return (decode() * (1.0 - any_prefill)
+            + prefill() * (any_prefill * (1.0 - any_decode))
+            + mixed() * (any_prefill * any_decode))
 
 
 @COST_MODELS.register("calibrated")
@@ -84,16 +94,20 @@ class CalibratedCostModel(CostModel):
                              for r in ("decode", "prefill", "mixed")}}
         self._graph_launch = self._host["launch/decode"] if h is not None and h.sync_graph else None
 
-    def _gpu(self, x: Any, mx: Max) -> Any:
-        dev = self._device
-        decode = dev["decode"](x, mx)
+    def _decode_gpu(self, x: Any, mx: Max) -> Any:
+        decode = self._device["decode"](x, mx)
         if self._offsets:
             decode = decode + self._offset(x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up,
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)  # less the work after the replay
             launch = mx(self._graph_launch(x, mx) - self._host["post"](x, mx), 0.0)
             decode = decode + launch * graph
-        return mx(_by_regime(x, mx, decode, dev["prefill"](x, mx), dev["mixed"](x, mx)), self._min)
+        return decode
+
+    def _gpu(self, x: Any, mx: Max) -> Any:
+        dev = self._device
+        return mx(_by_regime(x, mx, lambda: self._decode_gpu(x, mx), lambda: dev["prefill"](x, mx),
+                             lambda: dev["mixed"](x, mx)), self._min)
 
     def _device_only(self, f: BatchFeatures, regime: str) -> float:
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
@@ -113,10 +127,13 @@ class CalibratedCostModel(CostModel):
         if h is None:
             return mx(self._cpu_fit(x, mx), 0.0)
         # the host's own work per step (the recorded cpu_s also holds its waits for the device)
-        decode = hp["launch/decode"](x, mx)
-        if h.sync_graph:  # a graph launch's work before its wait (eager decodes have none)
-            decode = decode + hp["pre"](x, mx) * (0.0 - mx(0.0 - x.padded_decodes, -1.0))
-        launch = _by_regime(x, mx, decode, hp["launch/prefill"](x, mx), hp["launch/mixed"](x, mx))
+        def decode() -> Any:
+            d = hp["launch/decode"](x, mx)
+            if h.sync_graph:  # a graph launch's work before its wait (eager decodes have none)
+                d = d + hp["pre"](x, mx) * (0.0 - mx(0.0 - x.padded_decodes, -1.0))
+            return d
+
+        launch = _by_regime(x, mx, decode, lambda: hp["launch/prefill"](x, mx), lambda: hp["launch/mixed"](x, mx))
         return mx(hp["sched"](x, mx) + launch + hp["complete"](x, mx) + hp["loop"](x, mx), 0.0)
 
     def host_parts(self, f: BatchFeatures) -> HostParts:

@@ -141,3 +141,23 @@ def test_calibrated_without_mixed_falls_back_to_prefill(tiny_calibration: Calibr
                           prefill_tokens=10, decode_ctx=20, prefill_ctx=10, prefill_attn=55,
                           padded_decodes=1, max_ctx=20)
     assert m.step_time(mixed) == pytest.approx(2e-3 + 11e-5 + 55e-10)
+
+
+@pytest.mark.parametrize("model", ["qwen3-0.6b", "llama3-8b"])
+def test_committed_calibrations_agree_bit_for_bit_on_mixed_columns_and_stretches(model: str) -> None:
+    """The H200 files (host parts, decode offsets, llama3-8b's dense curve): one step, columns of
+    every regime, and a fast-forward stretch (one regime: evaluated alone) give the same times."""
+    from pathlib import Path
+
+    import twinserve
+
+    path = Path(twinserve.__file__).parent / "experiments" / "calibrations" / f"h200_{model}_tp1.json"
+    m = COST_MODELS.create("calibrated", calibration=str(path))
+    feats = random_features(np.random.default_rng(2), 300)
+    vec, cpu = m.step_times(feats), m.cpu_times(feats)
+    assert all(m.step_time(f) == v and m.cpu_time(f) == c for f, v, c in zip(feats, vec, cpu))
+    steps = [decode(48, 600 + j) for j in range(40)]
+    cols = FeatureColumns.arithmetic(steps[0], steps[1], 0, 40)
+    assert isinstance(cols.num_prefills, float)  # the one-regime path
+    assert list(m.step_times(cols)) == [m.step_time(f) for f in steps]
+    assert list(m.cpu_times(cols)) == [m.cpu_time(f) for f in steps]
