@@ -40,7 +40,10 @@ class ProfileGrid:
     tokens after ``ctx`` cached tokens (a prefix hit when ``ctx > 0``); each decode case runs
     ``bs`` distinct prompts of ``ctx`` tokens for ``decode_steps`` decode steps, during which
     ``mixed_every``-th steps also get a fresh prefill chunk (mixed steps, its length drawn from
-    ``mixed_chunks``). Each shared case runs ``bs`` prompts of a common ``ctx``-token prefix
+    ``mixed_chunks``). A decode case's prompts are prefilled once beforehand and left in the
+    radix cache, so that all ``bs`` of them then decode together: prefilled cold, a batch of
+    more prompt tokens than a step's budget would finish its first requests before its last
+    ones started decoding, and no step would hold the whole batch. Each shared case runs ``bs`` prompts of a common ``ctx``-token prefix
     (left in the radix cache first) and ``shared_suffix`` own tokens, so that the decodes read
     the prefix's KV pages together; its mixed chunks hit the prefix too. Cases whose tokens do
     not fit the KV pool, ``max_model_len`` or ``max_case_tokens`` are skipped."""
@@ -152,10 +155,15 @@ def run_case(drv: _Driver, case: Case, grid: ProfileGrid) -> None:
     if shared:
         drv.add(prefix, 1)  # the common prefix, left in the radix cache
         drv.drain()
-    for _ in range(case.seqs):
-        own = drv.prompt(grid.shared_suffix) if shared else drv.prompt(case.ctx)
+    owns = [drv.prompt(grid.shared_suffix) if shared else drv.prompt(case.ctx) for _ in range(case.seqs)]
+    if not shared:  # each prompt once, left in the radix cache: the batch then starts together
+        for own in owns:
+            drv.add(own, 1)
+        drv.drain()
+    for own in owns:
         drv.add(np.concatenate([prefix, own]), grid.decode_steps + 1)
-    new = grid.shared_suffix if shared else case.ctx
+    # the prefill left after the cache hits: the suffix, or a decode prompt's partial last page
+    new = grid.shared_suffix if shared else min(case.ctx, drv.eng.sched_config.page_size)
     prefill_steps = -(-case.seqs * new // max(drv.eng.sched_config.max_num_batched_tokens, 1)) + 1
     chunks = grid.mixed_chunks
 

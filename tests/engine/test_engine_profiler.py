@@ -1,4 +1,5 @@
-"""The profiler's grid cases on the CPU engine: shared-prefix decode batches."""
+"""The profiler's grid cases on the CPU engine: shared-prefix decode batches, and decode batches
+that decode together."""
 
 from __future__ import annotations
 
@@ -26,4 +27,20 @@ def test_a_shared_case_decodes_over_one_cached_prefix(tiny_model_dir):
     # the grid lists shared cases beside the others
     cases, _ = grid_cases(grid, 100_000, 4096)
     assert {c.kind for c in cases} == {"prefill", "decode", "shared"}
+    eng.shutdown()
+
+
+def test_a_decode_case_decodes_its_whole_batch_together(tiny_model_dir):
+    """16 prompts of 512 tokens (8,192 in all) with a 1,024-token step budget: prefilled cold
+    they would take 8 steps and the first ones would finish their 9 tokens before the last
+    started; warmed into the cache first, all 16 decode in the same steps, each reading its own
+    512-token context."""
+    grid = ProfileGrid.tiny()
+    eng = Engine(EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=16384,
+                              page_size=16, scheduler={"max_num_batched_tokens": 1024, "chunk_size": 1024}))
+    run_case(_Driver(eng, 0), Case("decode", 1, 512, 16), grid)
+    df = pd.DataFrame([s.as_row() for s in eng.steps])
+    full = df[(df["num_prefills"] == 0) & (df["num_decodes"] == 16)]
+    assert len(full) >= grid.decode_steps - 3  # the mixed steps hold the rest
+    assert (full["decode_ctx"] >= 16 * 512).all() and (full["decode_unique_ctx"] == full["decode_ctx"]).all()
     eng.shutdown()
