@@ -68,10 +68,10 @@ def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_r
 
 
 def hybrid_replays_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
-                         decode_heavy: bool = True) -> bool:
+                         decode_heavy: bool = True, max_full_seqs: int = HYBRID_FULL_MAX_SEQS) -> bool:
     """Whether ``hybrid`` replays a token-graph step as its whole-step graph rather than the
-    pieces: at most `HYBRID_FULL_MAX_SEQS` sequences, or `decode_heavy_whole`."""
-    return num_seqs <= HYBRID_FULL_MAX_SEQS or decode_heavy_whole(
+    pieces: at most ``max_full_seqs`` sequences, or `decode_heavy_whole`."""
+    return num_seqs <= max_full_seqs or decode_heavy_whole(
         num_seqs, num_tokens, padded_tokens, max_running, decode_heavy)
 
 
@@ -99,6 +99,22 @@ def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_toke
     its tiles from ``(tokens - sequences + 1) * gqa_group``: over 64, so 128-row tiles, for
     every padded size above 256 with 256 sequences and a GQA group of 2 or more.)"""
     return replay and not _decode_graph(num_decodes, decode_only, max_graph_bs) and padded_tokens > max_running
+
+
+def graph_features(num_tokens: int, num_decodes: int, num_seqs: int, max_graph_bs: int = 256,
+                   piecewise_max_tokens: int = 2048, token_graph_mode: str = "hybrid",
+                   max_running: int = 256, decode_heavy: bool = True) -> tuple[int, int, int, int]:
+    """``(padded_tokens, eager_step, graph_replay, wide_tiles)`` of a step of ``num_tokens``
+    new tokens over ``num_seqs`` sequences, ``num_decodes`` of them decodes, on an engine with
+    those settings (`dense_layers`, `replays_one_graph`, `wide_tiles_of`): the `BatchFeatures`
+    fields that say how the engine runs the step, for `Batch.features` and the scheduler's
+    decode stretches alike."""
+    decode_only = num_decodes == num_seqs
+    rows, eager = dense_layers(num_tokens, num_decodes, decode_only, max_graph_bs, piecewise_max_tokens)
+    replay = replays_one_graph(num_decodes, decode_only, eager, max_graph_bs, token_graph_mode, num_seqs,
+                               num_tokens, rows, max_running, decode_heavy)
+    wide = wide_tiles_of(replay, decode_only, num_decodes, rows, max_graph_bs, max_running)
+    return rows, int(eager), int(replay), int(wide)
 
 
 def padded_token_count(n: int, max_tokens: int = 2048) -> int:
@@ -229,10 +245,9 @@ class Batch:
                 prefill_ctx += ctx
                 prefill_attn += n * s + n * (n + 1) // 2
         new_tokens = prefill_tokens + nd
-        decode_only = nd == len(self.reqs)
-        rows, eager = dense_layers(new_tokens, nd, decode_only, self.max_graph_bs, self.piecewise_max_tokens)
-        replay = replays_one_graph(nd, decode_only, eager, self.max_graph_bs, self.token_graph_mode,
-                                   len(self.reqs), new_tokens, rows, self.max_running, self.hybrid_decode_heavy)
+        rows, eager, replay, wide = graph_features(new_tokens, nd, len(self.reqs), self.max_graph_bs,
+                                                   self.piecewise_max_tokens, self.token_graph_mode,
+                                                   self.max_running, self.hybrid_decode_heavy)
         return BatchFeatures(
             num_seqs=len(self.reqs),
             num_decodes=nd,
@@ -246,7 +261,7 @@ class Batch:
             max_ctx=max_ctx,
             decode_unique_ctx=decode_ctx - self.decode_shared_ctx,
             padded_tokens=rows,
-            eager_step=int(eager),
-            graph_replay=int(replay),
-            wide_tiles=int(wide_tiles_of(replay, decode_only, nd, rows, self.max_graph_bs, self.max_running)),
+            eager_step=eager,
+            graph_replay=replay,
+            wide_tiles=wide,
         )

@@ -7,8 +7,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import (Batch, BatchFeatures, dense_layers, padded_batch_size, replays_one_graph,
-                                  wide_tiles_of)
+from twinserve.core.batch import Batch, BatchFeatures, graph_features, padded_batch_size
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
@@ -529,9 +528,9 @@ class Scheduler:
         total = int(c.sum())
         top = int(c.max())
         padded = padded_batch_size(b, self.config.max_graph_bs)
-        rows, eager = dense_layers(b, b, True, self.config.max_graph_bs, self.config.piecewise_max_tokens)
-        replay = replays_one_graph(b, True, eager, self.config.max_graph_bs, self.config.token_graph_mode, b, b,
-                                   rows, self.config.max_running, self.config.hybrid_decode_heavy)
+        cfg = self.config
+        rows, eager, replay, wide = graph_features(b, b, b, cfg.max_graph_bs, cfg.piecewise_max_tokens,
+                                                   cfg.token_graph_mode, cfg.max_running, cfg.hybrid_decode_heavy)
         cached = [r for r in self.running if r.cache_node is not None]
         shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [
@@ -539,9 +538,7 @@ class Scheduler:
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
                           padded_decodes=padded, max_ctx=top + j,
                           decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
-                          eager_step=int(eager), graph_replay=int(replay),
-                          wide_tiles=int(wide_tiles_of(replay, True, b, rows, self.config.max_graph_bs,
-                                                       self.config.max_running)))
+                          eager_step=eager, graph_replay=replay, wide_tiles=wide)
             for j in range(1, k + 1)
         ]
 

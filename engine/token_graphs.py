@@ -21,7 +21,7 @@ from typing import Protocol
 
 import torch
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, decode_heavy_whole
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, hybrid_replays_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
@@ -50,7 +50,7 @@ TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
 class HybridGraphs:
     """The full graphs for steps of at most ``max_full_seqs`` sequences, or (``decode_heavy``)
     of few tokens per sequence padded to at most ``max_rows`` tokens
-    (`core.batch.decode_heavy_whole`), the pieces otherwise.
+    (`core.batch.hybrid_replays_whole`), the pieces otherwise.
 
     Invariant: ``forward`` runs the set that the last ``plan`` chose (the runner always calls
     them in pairs); both share the sizes, so ``size_for`` is either's.
@@ -75,9 +75,8 @@ class HybridGraphs:
         return self.full.size_for(num_tokens)
 
     def plan(self, t: int, inputs: AttentionInputs) -> bool:
-        n = inputs.batch_size
-        whole = n <= self.max_full_seqs or decode_heavy_whole(n, inputs.num_tokens, t, self.max_rows,
-                                                               self.decode_heavy)
+        whole = hybrid_replays_whole(inputs.batch_size, inputs.num_tokens, t, self.max_rows, self.decode_heavy,
+                                     self.max_full_seqs)
         self._chosen = self.full if whole else self.pieces
         return self._chosen.plan(t, inputs)
 
