@@ -84,6 +84,18 @@ def step_errors(cal: Calibration, steps: pd.DataFrame) -> list[RegimeError]:
     return out
 
 
+def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
+    """The rows of ``steps`` matching the pandas ``query``; an error names the columns when the
+    query is bad or keeps no row."""
+    try:
+        kept = steps.query(query)
+    except Exception as exc:  # noqa: BLE001  (pandas raises many kinds for a bad expression)
+        raise SystemExit(f"--rows {query!r}: {exc}; columns: {', '.join(map(str, steps.columns))}") from exc
+    if kept.empty:
+        raise SystemExit(f"--rows {query!r} keeps none of the {len(steps)} step rows")
+    return kept.reset_index(drop=True)
+
+
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
                     command: str, notes: dict[str, Any] | None = None, seed: int = 0,
                     dense: str = "hinge") -> Calibration:
@@ -144,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dense", choices=DENSE_MODELS, default="hinge",
                     help="the dense layers' time against their rows in prefill and mixed fits: a line "
                          "with one hinge chosen by cross-validation, or a piecewise-linear curve")
+    ap.add_argument("--rows", default=None, metavar="QUERY",
+                    help="with --from-steps: fit only the step rows matching this pandas query "
+                         "(e.g. 'calib_load != calib_load' leaves out the loaded-server replays)")
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                     help="whether host time hides behind device time (auto: the engine's mode)")
     return ap
@@ -154,8 +169,12 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
     ap = build_parser()
     args = ap.parse_args(argv)
     command = "python -m twinserve.experiments.calibrate " + " ".join(shlex.quote(a) for a in argv)
+    if args.rows and not args.from_steps:
+        ap.error("--rows needs --from-steps")
     if args.from_steps:
         steps = pd.read_parquet(args.from_steps)
+        if args.rows:
+            steps = select_rows(steps, args.rows)
         if args.token_graph_mode:
             steps = assume_token_graph_mode(steps, args.token_graph_mode)
         info: dict[str, Any] = {"from_steps": str(args.from_steps)}

@@ -88,38 +88,79 @@ def plot_errors(frame: pd.DataFrame, path: Path) -> Path:
     return path
 
 
+def suite_runs(runs: Path) -> list[tuple[str, Path]]:
+    """(model, run folder) of an engine side's output, in table order (workload, then load)."""
+    out = []
+    for model_dir in sorted(p for p in runs.iterdir() if p.is_dir()):
+        found = sorted((d for d in model_dir.iterdir() if (d / "overrides.json").exists()),
+                       key=lambda d: (d.name.rsplit("_", 1)[0], int(d.name.rsplit("_", 1)[1])))
+        out += [(model_dir.name, d) for d in found]
+    return out
+
+
+def table_row(model: str, run_dir: Path, table: pd.DataFrame) -> dict[str, Any]:
+    """One fidelity-table row: the run, its offered load against its capacity, the first run's
+    req/s and each metric's signed error (``table``: `compare.compare_table`)."""
+    meta = json.loads((run_dir / "overrides.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    offered = float((summary.get("run", {}).get("workload") or {}).get("rate") or 0.0)
+    e_req = float(table.set_index("key").loc["request_throughput", "engine"])
+    return {"run": f"{model} {run_dir.name}", "model": model, "workload": run_dir.name.rsplit("_", 1)[0],
+            "load": offered / meta["capacity_req_s"] if offered else meta["load"],
+            "req_s": e_req, "err": dict(zip(table["key"], table["err_pct"]))}
+
+
+def write_table(rows: list[dict[str, Any]], out: Path, stem: str, plot: bool = True) -> str:
+    """``stem``.md (`fidelity_table`), ``stem``.csv (one row per run) and ``stem``.png."""
+    text = fidelity_table(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    frame = pd.DataFrame([{"run": r["run"], "model": r["model"], "workload": r["workload"], "load": r["load"],
+                           "engine_req_s": r["req_s"], "meets_targets": meets_targets(r["err"]), **r["err"]}
+                          for r in rows])
+    frame.to_csv(out / f"{stem}.csv", index=False)
+    if plot and len(frame):
+        plot_errors(frame, out / f"{stem}.png")
+    return text
+
+
 def run_report(args: argparse.Namespace) -> Path:
     import shutil
 
     out = Path(args.out)
     rows = []
-    for model_dir in sorted(p for p in Path(args.runs).iterdir() if p.is_dir()):
-        runs = sorted((d for d in model_dir.iterdir() if (d / "overrides.json").exists()),
-                      key=lambda d: (d.name.rsplit("_", 1)[0], int(d.name.rsplit("_", 1)[1])))
-        for d in runs:
-            dest = out / f"{model_dir.name}_{d.name}"
-            print(f"[fidelity] {model_dir.name} {d.name}", file=sys.stderr, flush=True)
-            table, _ = resimulate(d, dest, args.sim_overrides, host_speed=args.host_speed)
-            if not args.keep_sim:
-                shutil.rmtree(dest / "sim")
-            meta = json.loads((d / "overrides.json").read_text())
-            summary = json.loads((d / "summary.json").read_text())
-            offered = float((summary.get("run", {}).get("workload") or {}).get("rate") or 0.0)
-            e_req = float(table.set_index("key").loc["request_throughput", "engine"])
-            rows.append({"run": f"{model_dir.name} {d.name}", "model": model_dir.name,
-                         "workload": d.name.rsplit("_", 1)[0],
-                         "load": offered / meta["capacity_req_s"] if offered else meta["load"],
-                         "req_s": e_req, "err": dict(zip(table["key"], table["err_pct"]))})
-    text = fidelity_table(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fidelity.md").write_text(text)
-    frame = pd.DataFrame([{"run": r["run"], "model": r["model"], "workload": r["workload"], "load": r["load"],
-                           "engine_req_s": r["req_s"], "meets_targets": meets_targets(r["err"]), **r["err"]}
-                          for r in rows])
-    frame.to_csv(out / "fidelity.csv", index=False)
-    if len(frame):
-        plot_errors(frame, out / "fidelity.png")
-    print(text)
+    for model, d in suite_runs(Path(args.runs)):
+        dest = out / f"{model}_{d.name}"
+        print(f"[fidelity] {model} {d.name}", file=sys.stderr, flush=True)
+        table, _ = resimulate(d, dest, args.sim_overrides, host_speed=args.host_speed)
+        if not args.keep_sim:
+            shutil.rmtree(dest / "sim")
+        rows.append(table_row(model, d, table))
+    print(write_table(rows, out, "fidelity"))
     return out
 
 
+def run_repeat(args: argparse.Namespace) -> Path:
+    """The engine against itself: each run folder of ``runs`` that ``again`` (a second engine
+    side, e.g. ``--only ... --capacity-from``) also holds, compared as the simulator would be
+    (``repeat.md`` / ``repeat.csv``: the second run's signed error against the first). It is the
+    floor under the simulator's error on the same runs."""
+    from twinserve.experiments.compare import write_report
+
+    out = Path(args.out)
+    again = Path(args.again)
+    rows = []
+    for model, d in suite_runs(Path(args.runs)):
+        twin = again / model / d.name
+        if not (twin / "overrides.json").exists():
+            continue
+        a_ov = json.loads((d / "overrides.json").read_text())["overrides"]
+        b_ov = json.loads((twin / "overrides.json").read_text())["overrides"]
+        if a_ov != b_ov:
+            raise ValueError(f"{twin} did not run the overrides of {d}: {b_ov} != {a_ov}")
+        table, _ = write_report(d, twin, out / f"{model}_{d.name}", title=f"{model} {d.name}: engine vs its repeat")
+        rows.append(table_row(model, d, table))
+    if not rows:
+        raise ValueError(f"no run folder of {args.runs} is also in {args.again}")
+    print(write_table(rows, out, "repeat", plot=False))
+    return out

@@ -8,7 +8,8 @@
     python -m twinserve.experiments.fidelity_suite report --out experiments/fidelity/h200 RUNS [sim overrides...]
 
 ``engine`` writes, under ``RUNS/<model>/``: ``profile_steps.parquet`` (the profiler's grid plus
-replays of *other* trace windows than the measured runs: the calibration's input),
+replays of *other* trace windows than the measured runs at ``--calib-rate`` and, with
+``--calib-loads``, at fractions of the measured capacity: the calibration's input),
 ``capacity.json`` (per workload: requests sent at once, completion time, req/s) and one run
 folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``;
 ``suite.json`` lists the stages, each followed by a ``host_probe`` (the host's speed on one
@@ -18,7 +19,8 @@ Runs are ordered 25/50/75 % of every workload first, 90 % last, and skipped (lis
 ``capacity.json``, with ``--profile-s 0``) complete a suite that ran out of time. ``report`` reruns each folder's overrides with
 ``backend=sim`` (same KV pool size; the overlap loop when the engine overlapped), writes
 ``compare.md``/``compare.csv``/``step_diff.json`` per run and one ``fidelity.md`` table
-(`twinserve.experiments.fidelity_report`).
+(`twinserve.experiments.fidelity_report`). ``repeat RUNS AGAIN --out OUT`` compares the run
+folders two engine sides share (the engine against itself: the floor under the simulator's error).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class _Suite:
         self.out = Path(args.out) / args.model
         self.out.mkdir(parents=True, exist_ok=True)
         self.log: dict[str, Any] = {"model": args.model, "base": self.base, "stages": [], "skipped": []}
+        self.profile_frames: list[pd.DataFrame] = []
 
     def left(self) -> float:
         return self.args.budget_s - (time.perf_counter() - self.t0)
@@ -135,29 +138,55 @@ class _Suite:
                                                 for s in stats for c in ("launch_s", "duration")})
 
     def profile(self, eng: Any) -> None:
-        """Grid for half the profile budget, then calibration replays of other windows."""
+        """Grid for half the profile budget, then calibration replays of other windows at
+        ``calib_rate``; the rows are kept for `save_profile` (after any `load_replays`)."""
         from twinserve.engine.profiler import ProfileGrid, profile_engine
-        from twinserve.engine.replay import replay_workload
 
         a = self.args
         cuda = eng.device.type == "cuda"
         grid = ProfileGrid() if cuda else ProfileGrid.tiny()
         res = profile_engine(eng, grid, a.profile_s * 0.5, None, warmup=False, progress=a.progress)
-        frames = [res.steps]
+        self.profile_frames.append(res.steps)
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
         self.host_probe(eng, "profile_grid")
         per = a.profile_s * 0.5 / len(SUITE)
         for w in SUITE:
-            wl = _build([*self.base, *w.calib, f"workload.rate={a.calib_rate / requests_per_rate(w, self.base, per):.6g}",
-                         f"workload.duration_s={per:g}"])
-            n0 = len(frames)
-            _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
-            frames.append(pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1,
-                                         "workload": w.name} for r in recs]))
-            self.note("profile_replay", workload=w.name, requests=len(wl), rows=len(frames[n0]))
-            self.host_probe(eng, f"profile_replay {w.name}")
-        steps = pd.concat(frames, ignore_index=True)
-        steps.to_parquet(self.out / "profile_steps.parquet", index=False)
+            self.calib_replay(eng, w, a.calib_rate, per)
+        self.save_profile()
+
+    def calib_replay(self, eng: Any, w: SuiteWorkload, req_rate: float, duration_s: float,
+                     load: float | None = None) -> None:
+        """Replay ``w``'s calibration window (never a measured one) at ``req_rate`` for
+        ``duration_s`` and keep its steps (``phase="replay"``; ``calib_req_s``, and
+        ``calib_load`` when the rate is a fraction of the measured capacity)."""
+        from twinserve.engine.replay import replay_workload
+
+        wl = _build([*self.base, *w.calib, f"workload.rate={req_rate / requests_per_rate(w, self.base, duration_s):.6g}",
+                     f"workload.duration_s={duration_s:g}"])
+        _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
+        rows = pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1, "workload": w.name,
+                              "calib_req_s": float(req_rate),
+                              "calib_load": float("nan") if load is None else float(load)} for r in recs])
+        self.profile_frames.append(rows)
+        tag = "" if load is None else f" at {load:.0%}"
+        self.note("profile_replay", workload=w.name, requests=len(wl), rows=len(rows), req_s=round(req_rate, 3),
+                  **({} if load is None else {"load": load}))
+        self.host_probe(eng, f"profile_replay {w.name}{tag}")
+
+    def load_replays(self, eng: Any, caps: dict[str, float]) -> None:
+        """Calibration replays at each ``calib_loads`` fraction of every workload's capacity, so
+        that the profile holds the step shapes of a loaded server (large decode batches beside
+        prefill chunks) from windows that are not measured."""
+        for load in self.args.calib_loads:
+            for w in SUITE:
+                if w.name in caps:
+                    self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load)
+
+    def save_profile(self) -> None:
+        """Write every profile row so far to ``profile_steps.parquet`` (again after each part)."""
+        if self.profile_frames:
+            steps = pd.concat(self.profile_frames, ignore_index=True)
+            steps.to_parquet(self.out / "profile_steps.parquet", index=False)
 
     def capacity(self, eng: Any, w: SuiteWorkload) -> float:
         """Requests/s when ``cap_requests`` of the workload arrive at once."""
@@ -215,6 +244,9 @@ def run_engine_suite(args: argparse.Namespace) -> Path:
             caps = {w.name: suite.capacity(eng, w) for w in SUITE if any(w is x for x, _ in plan)}
         (suite.out / "capacity.json").write_text(json.dumps(caps, indent=2))
         suite.host_probe(eng, "capacity")
+        if args.profile_s > 0:
+            suite.load_replays(eng, caps)
+            suite.save_profile()
         for w, ld in plan:
             need = args.duration_s * (1.0 + ld) + 5.0
             if suite.left() < need:
@@ -237,6 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--budget-s", type=float, default=540.0)
     e.add_argument("--profile-s", type=float, default=120.0, help="0 = no calibration profile")
     e.add_argument("--calib-rate", type=float, default=20.0, help="req/s of the calibration replays")
+    e.add_argument("--calib-loads", type=float, nargs="*", default=(), metavar="LOAD",
+                   help="also replay each workload's calibration window at these fractions of its "
+                        "measured capacity (after the capacity runs), for the steps of a loaded server")
+    e.add_argument("--calib-load-s", type=float, default=10.0,
+                   help="trace seconds of each --calib-loads replay")
     e.add_argument("--duration-s", type=float, default=15.0, help="trace seconds per measured run")
     e.add_argument("--cap-requests", type=int, default=200, help="requests sent at once to measure capacity")
     e.add_argument("--only", nargs="+", default=(), metavar="RUN",
@@ -252,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--host-speed", action="store_true",
                    help="diagnostic: replay each engine run's measured host speed in the simulator")
     r.add_argument("sim_overrides", nargs="*", help="extra overrides for the simulator runs")
+    rp = sub.add_parser("repeat", help="the engine against itself: two engine sides' common runs")
+    rp.add_argument("runs", help="the first engine side's --out")
+    rp.add_argument("again", help="the second engine side's --out (same overrides per run)")
+    rp.add_argument("--out", required=True)
     return ap
 
 
@@ -259,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.cmd == "engine":
         run_engine_suite(args)
+    elif args.cmd == "repeat":
+        from twinserve.experiments.fidelity_report import run_repeat
+
+        run_repeat(args)
     else:
         from twinserve.experiments.fidelity_report import run_report
 

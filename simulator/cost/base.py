@@ -106,7 +106,7 @@ class CostModel(ABC):
     Contract:
     - ``_gpu(x, mx)`` / ``_cpu(x, mx)`` are the model, written once over ``x`` (a
       ``BatchFeatures`` or ``FeatureColumns``) with ``mx`` as elementwise max; they use only
-      + - * / and max, so scalar and vector evaluation agree bit for bit.
+      + - * /, max and ``np.ceil``, so scalar and vector evaluation agree bit for bit.
     - ``step_time(f)`` is the device (GPU) time of one step, ``cpu_time(f)`` the host time the
       scheduler and input preparation take for it. ``overlap`` says whether the host prepares step
       k+1 while the device runs step k: the step's wall time is then ``max(gpu, cpu)``, otherwise

@@ -9,12 +9,13 @@ import numpy as np
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
-from twinserve.simulator.cost.calibration import Calibration, LinearFit, factor_value, term_factors
+from twinserve.simulator.cost.calibration import WAVE_COUNT, Calibration, LinearFit, factor_value, term_factors
 
 
 class _Linear:
     """A `LinearFit` compiled for evaluation: sum(coef[i] * term[i]) in the fit's order; terms
-    are "1", "f", "f>k" (``mx(f - k, 0)``), "f<k" (``k - mx(k - f, 0)``) or products "f*g"
+    are "1", "f", "f>k" (``mx(f - k, 0)``), "f<k" (``k - mx(k - f, 0)``), "f@k" (decode
+    waves, `calibration.wave_padded`) or products "f*g"
     (`calibration.term_factors`, `calibration.factor_value`),
     parsed once. Called on a ``BatchFeatures``-like ``x`` with ``mx`` as the elementwise max."""
 
@@ -31,8 +32,9 @@ class _Linear:
                 acc = acc + c
                 continue
             v: Any = None
-            for name, knot, cap in factors:
-                f = factor_value(getattr(x, name), knot, cap, mx)
+            for name, knot, kind in factors:
+                f = factor_value(getattr(x, name), knot, kind, mx,
+                                 getattr(x, WAVE_COUNT) if kind == "wave" else None)
                 v = f if v is None else v * f
             acc = acc + v * c
         return acc

@@ -49,40 +49,61 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 from twinserve.core.batch import BatchFeatures
 
 FORMAT_VERSION = 1
 REGIMES = ("decode", "prefill", "mixed")
 
 
-def term_factors(term: str) -> list[tuple[str, float | None, bool]]:
-    """The factors of a term other than ``"1"``, as ``(feature, knot, cap)``: ``(f, None,
-    False)`` for a feature, ``(f, k, False)`` for a hinge ``"f>k"``, which reads ``max(f - k,
-    0)``, and ``(f, k, True)`` for a cap ``"f<k"``, which reads ``min(f, k)`` (`factor_value`)."""
-    out: list[tuple[str, float | None, bool]] = []
+# A term's factor kinds (`term_factors`): a feature as is, a hinge "f>k", a cap "f<k", and a
+# decode wave "f@k": ``f`` with the step's decodes rounded up to whole waves of ``k`` sequences.
+FACTOR_OPS: dict[str, str] = {">": "hinge", "<": "cap", "@": "wave"}
+WAVE_COUNT = "num_decodes"  # what a wave factor rounds up
+
+
+def term_factors(term: str) -> list[tuple[str, float | None, str]]:
+    """The factors of a term other than ``"1"``, as ``(feature, knot, kind)``: ``(f, None, "")``
+    for a feature; ``(f, k, "hinge")`` for ``"f>k"``, ``max(f - k, 0)``; ``(f, k, "cap")`` for
+    ``"f<k"``, ``min(f, k)``; ``(f, k, "wave")`` for ``"f@k"``, ``f`` times the step's decodes
+    rounded up to a multiple of ``k`` over the decodes (`factor_value`)."""
+    out: list[tuple[str, float | None, str]] = []
     for part in term.split("*"):
-        for op in "><":
+        for op, kind in FACTOR_OPS.items():
             name, sep, knot = part.partition(op)
             if sep:
-                out.append((name, float(knot), op == "<"))
+                out.append((name, float(knot), kind))
                 break
         else:
-            out.append((part, None, False))
+            out.append((part, None, ""))
     return out
 
 
-def factor_value(f: Any, knot: float | None, cap: bool, mx: Callable[[Any, float], Any]) -> Any:
+def wave_padded(n: Any, k: float, mx: Callable[[Any, float], Any]) -> Any:
+    """``n`` decodes rounded up to whole waves of ``k`` beyond the first: ``n`` up to ``k``,
+    else ``ceil(n / k) * k`` (= ``ceil(n / k) * k - max(k - n, 0)``, exact in floats)."""
+    return np.ceil(n / k) * k - mx(k - n, 0.0)
+
+
+def factor_value(f: Any, knot: float | None, kind: str, mx: Callable[[Any, float], Any],
+                 waves_of: Any = None) -> Any:
     """One factor of a term (`term_factors`) at feature value ``f``, with ``mx`` the elementwise
-    max (``np.maximum``, or the simulator's symbolic one): ``f``, ``max(f - k, 0)`` for a hinge,
-    ``min(f, k) = k - max(k - f, 0)`` for a cap."""
+    max (``np.maximum`` or ``max``) and ``waves_of`` the step's ``num_decodes`` (wave factors):
+    ``f``; ``max(f - k, 0)`` for a hinge; ``min(f, k) = k - max(k - f, 0)`` for a cap; for a
+    wave, ``f * wave_padded(n) / max(n, 1)``. A wave models a kernel that runs one thread block
+    per (sequence, KV head) in waves of the GPU's resident blocks when the batch is too large
+    to split (FlashInfer's CUDA-core decode under CUDA graphs): a partial wave costs a whole one."""
     if knot is None:
         return f
-    return knot - mx(knot - f, 0.0) if cap else mx(f - knot, 0.0)
+    if kind == "wave":
+        return f * wave_padded(waves_of, knot, mx) / mx(waves_of, 1.0)
+    return knot - mx(knot - f, 0.0) if kind == "cap" else mx(f - knot, 0.0)
 
 
 def check_terms(terms: Sequence[str]) -> None:
-    """Raise ValueError for a term that is not "1" or a product of features, hinges and caps
-    (``"a*b"``, ``"new_tokens>1024"``, ``"padded_tokens<512"``)."""
+    """Raise ValueError for a term that is not "1" or a product of features, hinges, caps and
+    waves (``"a*b"``, ``"new_tokens>1024"``, ``"padded_tokens<512"``, ``"decode_ctx@64"``)."""
     known = set(BatchFeatures.names())
     for t in terms:
         if t == "1":
@@ -90,8 +111,12 @@ def check_terms(terms: Sequence[str]) -> None:
         try:
             factors = term_factors(t)
         except ValueError:
-            raise ValueError(f"calibration term '{t}': a hinge reads 'feature>number', a cap 'feature<number'") from None
+            raise ValueError(f"calibration term '{t}': a hinge reads 'feature>number', a cap "
+                             "'feature<number', a wave 'feature@number'") from None
         bad = [name for name, _, _ in factors if name not in known]
+        waves = [k for _, k, kind in factors if kind == "wave"]
+        if any(k is None or k < 1 for k in waves):
+            raise ValueError(f"calibration term '{t}': a wave's size is a number of sequences >= 1")
         if bad:
             raise ValueError(f"calibration term '{t}': unknown feature(s) {bad}; known: {sorted(known)}")
 
@@ -219,8 +244,9 @@ class Calibration:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
         host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
                                              self.host.tail, self.host.pre, *self.host.launch.values()]
-        used = sorted({name for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
-                       if t != "1" for name, _, _ in term_factors(t)})
+        used = sorted({used for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
+                       if t != "1" for name, _, kind in term_factors(t)
+                       for used in ((name, WAVE_COUNT) if kind == "wave" else (name,))})
         self.features = sorted(set(self.features) | set(used))
 
     # ---- JSON ------------------------------------------------------------------------------

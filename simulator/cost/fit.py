@@ -42,6 +42,13 @@ DENSE_CAPS: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
 DENSE_HINGES: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
 DENSE_CURVE: tuple[str, ...] = (*(f"{HINGE_FEATURE}<{k}" for k in DENSE_CAPS),
                                 *(f"{HINGE_FEATURE}>{k}" for k in DENSE_HINGES))
+# Decode waves (`calibration.wave_padded`): the decode fit's attention terms may read whole
+# waves of k sequences, k chosen by cross-validation (`_choose_wave`) on a coarse grid of sizes
+# and then around the best one; none when no size lowers the held-out error by WAVE_MIN_GAIN.
+WAVE_TERMS: tuple[str, ...] = ("decode_ctx", "decode_unique_ctx")
+WAVE_COARSE: tuple[int, ...] = tuple(range(16, 257, 8))
+WAVE_FINE_STEP = 2
+WAVE_MIN_GAIN = 0.05
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
@@ -146,7 +153,8 @@ def fit_calibration(
         if rows.sum() < min_rows:  # e.g. every step host-bound: the span is the best bound
             rows, y = sel & normal, steps["duration"].to_numpy(np.float64)
         model = _RegimeModel(steps, y, rterms, rng, offsets=name == "decode" and bucket_offsets
-                             and "padded_decodes" in steps, hinge=hinges and name != "decode")
+                             and "padded_decodes" in steps, hinge=hinges and name != "decode",
+                             wave=defaults and name == "decode")
         final = model.fit(rows)
         pred = model.predict(final)
         # out of fold for the fitted rows; the rest of the regime's rows were never fitted
@@ -189,13 +197,13 @@ class _Params:
 
 class _RegimeModel:
     """Fits one regime's device model on a row mask of ``steps`` and predicts every row; the
-    same procedure serves each cross-validation fold and the final fit (hinge choice and
-    graph-size offsets included), so the error measures the whole procedure."""
+    same procedure serves each cross-validation fold and the final fit (hinge or wave choice
+    and graph-size offsets included), so the error measures the whole procedure."""
 
     def __init__(self, steps: pd.DataFrame, y: np.ndarray, terms: Sequence[str],
-                 rng: np.random.Generator, offsets: bool, hinge: bool) -> None:
+                 rng: np.random.Generator, offsets: bool, hinge: bool, wave: bool = False) -> None:
         self.steps, self.y, self.terms, self.rng = steps, y, list(terms), rng
-        self.offsets, self.hinge = offsets, hinge
+        self.offsets, self.hinge, self.wave = offsets, hinge, wave
         self._X: dict[tuple[str, ...], np.ndarray] = {}
 
     def matrix(self, terms: Sequence[str]) -> np.ndarray:
@@ -206,8 +214,12 @@ class _RegimeModel:
 
     def fit(self, rows: np.ndarray) -> _Params:
         if self.offsets:
-            coef, offsets = _fit_with_bucket_offsets(self.steps, self.y, rows, self.matrix(self.terms))
-            return _Params(self.terms, coef, offsets)
+            terms = _choose_wave(self, rows) if self.wave else self.terms
+            coef, offsets = _fit_with_bucket_offsets(self.steps, self.y, rows, self.matrix(terms))
+            return _Params(terms, coef, offsets)
+        if self.wave:
+            terms = _choose_wave(self, rows)
+            return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
         terms = _choose_hinge(self, rows) if self.hinge else self.terms
         return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
 
@@ -236,6 +248,39 @@ def _choose_hinge(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> 
         if err < best_err - 1e-12:
             best, best_err = cand, err
     return best
+
+
+def with_wave(terms: Sequence[str], k: int | None) -> list[str]:
+    """``terms`` with each of `WAVE_TERMS` read in waves of ``k`` decodes (none: as given)."""
+    return [f"{t}@{k}" if k is not None and t in WAVE_TERMS else t for t in terms]
+
+
+def _choose_wave(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> list[str]:
+    """The model's terms with its attention terms in waves of the size ``k`` that gives the
+    lowest k-fold cross-validated MAPE on ``rows`` alone (plain NNLS; `WAVE_COARSE`, then every
+    `WAVE_FINE_STEP` around the best), or as given unless ``k`` lowers it by `WAVE_MIN_GAIN`
+    (relative): a profile whose decode batches never end a wave part-full cannot tell sizes apart.
+    Fewer than ``min_rows`` rows, or no decode batch above the smallest size: as given."""
+    n = model.steps["num_decodes"].to_numpy(np.float64)
+    if rows.sum() < min_rows or not (n[rows] > min(WAVE_COARSE)).any():
+        return list(model.terms)
+    # folds of their own (a fixed seed), so that the choice leaves the fit's random stream, and
+    # with it every other fold of the calibration, as it was without waves
+    fold = fold_ids(len(rows), np.random.default_rng(len(rows)), rows=rows)
+    y = model.y
+
+    def err(k: int | None) -> float:
+        X = model.matrix(with_wave(model.terms, k))
+        oof = out_of_fold(lambda tr: X @ nnls_rows(X, y, tr, relative=True), fold)
+        return mape(oof[rows], y[rows])
+
+    errs = {k: err(k) for k in WAVE_COARSE}
+    best = min(errs, key=errs.__getitem__)
+    for k in range(best - 3 * WAVE_FINE_STEP, best + 3 * WAVE_FINE_STEP + 1, WAVE_FINE_STEP):
+        if k >= 1 and k not in errs:
+            errs[k] = err(k)
+    best = min(errs, key=errs.__getitem__)
+    return with_wave(model.terms, best) if errs[best] < (1.0 - WAVE_MIN_GAIN) * err(None) else list(model.terms)
 
 
 def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, X: np.ndarray,

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES
-from twinserve.simulator.cost.calibration import factor_value, term_factors
+from twinserve.simulator.cost.calibration import WAVE_COUNT, factor_value, term_factors
 from twinserve.simulator.cost.nnls import nnls
 
 REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
@@ -29,15 +29,16 @@ def regime_of(df: pd.DataFrame) -> pd.Series:
 
 
 def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
-    """One column per term (`calibration.term_factors`: features, hinges, caps, products)."""
+    """One column per term (`calibration.term_factors`: features, hinges, caps, waves, products)."""
     cols = []
     for t in terms:
         if t == "1":
             cols.append(np.ones(len(df)))
             continue
         v = np.ones(len(df))
-        for name, knot, cap in term_factors(t):
-            v = v * factor_value(df[name].to_numpy(dtype=np.float64), knot, cap, np.maximum)
+        for name, knot, kind in term_factors(t):
+            n = df[WAVE_COUNT].to_numpy(dtype=np.float64) if kind == "wave" else None
+            v = v * factor_value(df[name].to_numpy(dtype=np.float64), knot, kind, np.maximum, n)
         cols.append(v)
     return np.column_stack(cols) if cols else np.zeros((len(df), 0))
 

@@ -70,6 +70,26 @@ def test_refit_from_steps_matches(calibration, tmp_path):
     assert cal2.regimes["decode"].coef == pytest.approx(cal.regimes["decode"].coef)
 
 
+def test_refit_on_chosen_rows(calibration, tmp_path):
+    from twinserve.experiments.calibrate import main
+
+    _, _, steps, _ = calibration
+    df = pd.read_parquet(steps)
+    grid = main(["--model", "tiny-llama", "--from-steps", str(steps), "--gpu", "cpu", "--overlap", "off",
+                 "--rows", "phase == 'grid'", "--out", str(tmp_path / "grid.json")])
+    notes = json.loads(grid.provenance.notes)
+    assert notes["rows_by_phase"] == {"grid": int((df["phase"] == "grid").sum())}
+    assert "replay_error" not in notes or not notes["replay_error"]
+    with pytest.raises(SystemExit, match="keeps none"):
+        main(["--model", "tiny-llama", "--from-steps", str(steps), "--gpu", "cpu", "--rows", "phase == 'nope'",
+              "--out", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit, match="columns: .*num_decodes"):
+        main(["--model", "tiny-llama", "--from-steps", str(steps), "--gpu", "cpu", "--rows", "no_such_column > 1",
+              "--out", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit):  # --rows filters records, so it needs --from-steps
+        main(["--model", "tiny-llama", "--device", "cpu", "--rows", "phase == 'grid'", "--out", str(tmp_path / "x.json")])
+
+
 def test_compare_sim_with_cpu_engine(calibration, tmp_path):
     from twinserve.experiments.compare import run_compare
 

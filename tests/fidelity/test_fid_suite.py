@@ -22,8 +22,9 @@ def suite_dir(tmp_path_factory) -> Path:
     try:
         d = tmp_path_factory.mktemp("suite")
         args = build_parser().parse_args([
-            "engine", "--model", "tiny-llama", "--out", str(d), "--budget-s", "60", "--profile-s", "4",
-            "--calib-rate", "4", "--duration-s", "2", "--cap-requests", "6",
+            "engine", "--model", "tiny-llama", "--out", str(d), "--budget-s", "80", "--profile-s", "4",
+            "--calib-rate", "4", "--calib-loads", "0.5", "--calib-load-s", "1", "--duration-s", "2",
+            "--cap-requests", "6",
             "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048"])
         run_engine_suite(args)
     finally:
@@ -35,12 +36,20 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     m = suite_dir / "tiny-llama"
     prof = pd.read_parquet(m / "profile_steps.parquet")
     assert {"grid", "replay"} <= set(prof["phase"])
+    caps = json.loads((m / "capacity.json").read_text())
+    # the calibration replays: one at --calib-rate and one at half the measured capacity each
+    rep = prof[prof["phase"] == "replay"]
+    at_rate, loaded = rep[rep["calib_load"].isna()], rep[rep["calib_load"] == 0.5]
+    assert set(at_rate["workload"]) == set(loaded["workload"]) == set(caps)
+    assert (at_rate["calib_req_s"] == 4).all()
+    for w, g in loaded.groupby("workload"):
+        assert g["calib_req_s"].iloc[0] == pytest.approx(0.5 * caps[w], rel=1e-9)
+    assert prof["calib_load"].isna().sum() == len(prof) - len(loaded)
     # the engine's timeline columns come with every step
     for c in ("iter_start", "sched_s", "launch_s", "launch_cpu_s", "launch_end", "tokens_at", "complete_s",
               "dev_start", "dev_end"):
         assert prof[c].notna().all(), c
     assert (prof["tokens_at"] >= prof["launch_end"] - 1e-9).all()
-    caps = json.loads((m / "capacity.json").read_text())
     assert set(caps) == {"azure_conv", "azure_code", "shared_prefix", "sessions"}
     assert all(v > 0 for v in caps.values())
     log = json.loads((m / "suite.json").read_text())
@@ -90,21 +99,46 @@ def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
     with pytest.raises(ValueError, match="unknown suite runs"):
         run_plan(["azure_conv_33"])
     caps = suite_dir / "tiny-llama" / "capacity.json"
+    ran = [s["name"] for s in json.loads((suite_dir / "tiny-llama" / "suite.json").read_text())["stages"]
+           if s["stage"] == "run"]
+    name = ran[0]  # a run the fixture has, to repeat
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         args = build_parser().parse_args([
             "engine", "--model", "tiny-llama", "--out", str(tmp_path), "--budget-s", "60", "--profile-s", "0",
-            "--duration-s", "2", "--only", "shared_prefix_50", "--capacity-from", str(caps),
+            "--duration-s", "2", "--only", name, "--capacity-from", str(caps),
             "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048"])
         run_engine_suite(args)
     finally:
         torch.set_num_threads(before)
     m = tmp_path / "tiny-llama"
-    assert sorted(p.name for p in m.iterdir() if (p / "overrides.json").exists()) == ["shared_prefix_50"]
-    meta = json.loads((m / "shared_prefix_50" / "overrides.json").read_text())
-    assert meta["capacity_req_s"] == pytest.approx(json.loads(caps.read_text())["shared_prefix"])
+    assert sorted(p.name for p in m.iterdir() if (p / "overrides.json").exists()) == [name]
+    meta = json.loads((m / name / "overrides.json").read_text())
+    assert meta["capacity_req_s"] == pytest.approx(json.loads(caps.read_text())[name.rsplit("_", 1)[0]])
     assert not (m / "profile_steps.parquet").exists()
+
+    # the engine against itself: the one common run, compared like the simulator would be
+    from twinserve.experiments.fidelity_report import run_repeat
+
+    rep = tmp_path / "repeat"
+    run_repeat(build_parser().parse_args(["repeat", str(suite_dir), str(tmp_path), "--out", str(rep)]))
+    frame = pd.read_csv(rep / "repeat.csv")
+    assert frame["run"].tolist() == [f"tiny-llama {name}"]
+    cmp = pd.read_csv(rep / f"tiny-llama_{name}" / "compare.csv").set_index("key")
+    first = json.loads((suite_dir / "tiny-llama" / name / "summary.json").read_text())
+    again = json.loads((m / name / "summary.json").read_text())
+    assert cmp.loc["num_steps", "engine"] == len(pd.read_parquet(suite_dir / "tiny-llama" / name / "steps.parquet"))
+    assert cmp.loc["num_steps", "sim"] == len(pd.read_parquet(m / name / "steps.parquet"))
+    assert frame.loc[0, "mean_ttft_ms"] == pytest.approx(
+        100 * (again["mean_ttft_ms"] - first["mean_ttft_ms"]) / first["mean_ttft_ms"])
+    assert "(repeat)" in (rep / f"tiny-llama_{name}" / "compare.md").read_text()
+    # a folder that ran other overrides is refused
+    ov = json.loads((m / name / "overrides.json").read_text())
+    ov["overrides"] = [*ov["overrides"], "seed=3"]
+    (m / name / "overrides.json").write_text(json.dumps(ov))
+    with pytest.raises(ValueError, match="did not run the overrides"):
+        run_repeat(build_parser().parse_args(["repeat", str(suite_dir), str(tmp_path), "--out", str(rep)]))
 
 
 def test_the_simulator_takes_the_engine_runs_token_graphs() -> None:
