@@ -244,9 +244,9 @@ class Calibration:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
         host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
                                              self.host.tail, self.host.pre, *self.host.launch.values()]
-        used = sorted({used for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
+        used = sorted({feat for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
                        if t != "1" for name, _, kind in term_factors(t)
-                       for used in ((name, WAVE_COUNT) if kind == "wave" else (name,))})
+                       for feat in ((name, WAVE_COUNT) if kind == "wave" else (name,))})
         self.features = sorted(set(self.features) | set(used))
 
     # ---- JSON ------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ WAVE_TERMS: tuple[str, ...] = ("decode_ctx", "decode_unique_ctx")
 WAVE_COARSE: tuple[int, ...] = tuple(range(16, 257, 8))
 WAVE_FINE_STEP = 2
 WAVE_MIN_GAIN = 0.05
+WAVE_FOLD_SEED = 0  # the choice's own folds: the fit's random stream stays as without waves
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
@@ -100,7 +101,9 @@ def fit_calibration(
     each fold, `_choose_hinge`; "curve", the piecewise-linear `DENSE_CURVE`), and the decode
     and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
     has steps whose decodes share KV pages (`shares_kv`): a shared page costs its first read
-    at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s.
+    at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s;
+    and the decode fit reads those terms in decode waves of a size chosen inside each fold
+    (`_choose_wave`; `calibration.wave_padded`) when one lowers the held-out error enough.
     """
     if dense not in DENSE_MODELS:
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
@@ -213,14 +216,11 @@ class _RegimeModel:
         return self._X[key]
 
     def fit(self, rows: np.ndarray) -> _Params:
+        terms = (_choose_wave(self, rows) if self.wave else
+                 _choose_hinge(self, rows) if self.hinge else self.terms)
         if self.offsets:
-            terms = _choose_wave(self, rows) if self.wave else self.terms
             coef, offsets = _fit_with_bucket_offsets(self.steps, self.y, rows, self.matrix(terms))
             return _Params(terms, coef, offsets)
-        if self.wave:
-            terms = _choose_wave(self, rows)
-            return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
-        terms = _choose_hinge(self, rows) if self.hinge else self.terms
         return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
 
     def predict(self, p: _Params) -> np.ndarray:
@@ -264,9 +264,9 @@ def _choose_wave(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> l
     n = model.steps["num_decodes"].to_numpy(np.float64)
     if rows.sum() < min_rows or not (n[rows] > min(WAVE_COARSE)).any():
         return list(model.terms)
-    # folds of their own (a fixed seed), so that the choice leaves the fit's random stream, and
-    # with it every other fold of the calibration, as it was without waves
-    fold = fold_ids(len(rows), np.random.default_rng(len(rows)), rows=rows)
+    # folds of their own, so that the choice leaves the fit's random stream, and with it every
+    # other fold of the calibration, as it was without waves
+    fold = fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=rows)
     y = model.y
 
     def err(k: int | None) -> float:
