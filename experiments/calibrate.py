@@ -27,10 +27,9 @@ import pandas as pd
 
 from twinserve.core.batch import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance, fit_calibration
-from twinserve.simulator.cost.fit import DENSE_MODELS
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
-from twinserve.simulator.cost.fit import predict_span, regime_of
+from twinserve.simulator.cost.fit import DENSE_MODELS, predict_span, regime_of
 from twinserve.simulator.cost.linear import assume_token_graph_mode
 from twinserve.simulator.cost.timeline import ran_overlapped
 
