@@ -17,6 +17,11 @@ def _t(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
 
 
+def _qo_indptr(qo_lens: np.ndarray) -> torch.Tensor:
+    """Row offsets of the query tokens (``[0, cumsum(qo_lens)]``) as FlashInfer's int32 CPU tensor."""
+    return _t(np.concatenate([[0], np.cumsum(qo_lens)]))
+
+
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
     """Host int32 array -> device, through pinned memory (asynchronous, stream-ordered)."""
     return _t(a).pin_memory().to(device, non_blocking=True)
@@ -92,7 +97,7 @@ class FlashInferAttention:
             self.decode.plan(indptr, indices, last, head_dim=self.spec.head_dim, **c)
             self._active, self._active_prefill = self.decode, False
         else:
-            qo_indptr = _t(np.concatenate([[0], np.cumsum(inputs.qo_lens)]))
+            qo_indptr = _qo_indptr(inputs.qo_lens)
             self.prefill.plan(qo_indptr, indptr, indices, last, head_dim_qk=self.spec.head_dim,
                               causal=True, **c)
             self._active, self._active_prefill = self.prefill, True
@@ -146,7 +151,7 @@ class FlashInferAttention:
         """Plan the prefill wrapper of token graph ``t`` for a step of at most ``t`` tokens; the
         first plan of a wrapper (its capture) must have exactly ``t`` tokens."""
         p = inputs.pad_rows(self._token_rows[t], self.pool.scratch_page)
-        qo_indptr = _t(np.concatenate([[0], np.cumsum(p.qo_lens)]))
+        qo_indptr = _qo_indptr(p.qo_lens)
         self._token[t].plan(qo_indptr, _t(p.page_indptr), _to_device(p.page_indices, self.pool.device),
                             _t(p.last_page_len), head_dim_qk=self.spec.head_dim, causal=True,
                             **self._common())
