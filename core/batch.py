@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from twinserve.core.request import Req
@@ -131,6 +131,15 @@ def padded_token_count(n: int, max_tokens: int = 2048) -> int:
     return -(-n // step) * step
 
 
+def piece_step_of(graph_replay: Any, eager_step: Any) -> Any:
+    """1 for a step that runs its dense layers as captured pieces with the attention eager
+    between them (neither one whole-graph replay nor kernel by kernel), else 0:
+    ``1 - graph_replay - eager_step`` (the two are never both 1), on ints, floats or arrays.
+    Its launch is one graph replay per piece and one attention call per layer, so its host
+    work differs from both other kinds."""
+    return 1 - graph_replay - eager_step
+
+
 @dataclass(frozen=True, slots=True)
 class BatchFeatures:
     """Cost-model inputs of one step; the engine logs them, the simulator consumes them.
@@ -151,7 +160,8 @@ class BatchFeatures:
     batch. ``wide_tiles`` is 1 for such a replay of a prefill or mixed step padded to more
     tokens than ``max_running``: its FlashInfer graph plan (``max_running`` sequences) then gives
     every sequence a 128-row query tile, so each decode row computes a whole tile over its
-    context (`wide_tiles_of`).
+    context (`wide_tiles_of`). ``piece_step`` (derived, not a field: `piece_step_of`) is 1 for a
+    step that is neither one replay nor eager: it runs the pieces.
     """
 
     num_seqs: int = 0
@@ -170,6 +180,11 @@ class BatchFeatures:
     graph_replay: int = -1
     wide_tiles: int = 0
 
+    @property
+    def piece_step(self) -> int:
+        """1 when the step runs the pieces (`piece_step_of`), else 0."""
+        return piece_step_of(self.graph_replay, self.eager_step)
+
     def __post_init__(self) -> None:
         if self.graph_replay < 0:
             object.__setattr__(self, "graph_replay", int(self.num_prefills == 0 and self.padded_decodes > 0))
@@ -184,6 +199,10 @@ class BatchFeatures:
 
 
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
+# Features derived from the fields, by the same formula on one step (`BatchFeatures`, the
+# simulator's `FeatureScalars` and `FeatureColumns`) and on a profile's columns
+# (`simulator.cost.linear.with_derived_features`): calibration terms may read them too.
+DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step",)
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures
+from twinserve.core.batch import BatchFeatures, piece_step_of
 from twinserve.core.registry import Registry
 
 # The elementwise maximum a formula uses: builtin ``max`` on floats, ``np.maximum`` on arrays.
@@ -25,9 +25,10 @@ def _as_column(v: Any, size: int) -> np.ndarray:
 class FeatureColumns:
     """The features of several steps as one float64 array per ``BatchFeatures`` field.
 
-    It quacks like a ``BatchFeatures`` (same attribute names), so a cost formula written once
-    evaluates one step (on a ``BatchFeatures``) or many (on ``FeatureColumns``) with the same
-    IEEE operations in the same order: both paths give bit-identical times.
+    It quacks like a ``BatchFeatures`` (same attribute names, the derived ``piece_step``
+    included), so a cost formula written once evaluates one step (on a ``BatchFeatures``) or
+    many (on ``FeatureColumns``) with the same IEEE operations in the same order: both paths
+    give bit-identical times.
     """
 
     def __init__(self, feats: Sequence[BatchFeatures]) -> None:
@@ -61,6 +62,10 @@ class FeatureColumns:
         """A field's values: an array, or one float when every step has the same value."""
         return getattr(self, name)
 
+    @property
+    def piece_step(self) -> np.ndarray | float:
+        return piece_step_of(self.graph_replay, self.eager_step)  # type: ignore[attr-defined]
+
 
 class FeatureScalars:
     """One step's features as Python floats (so integer products round like the vector path)."""
@@ -70,6 +75,10 @@ class FeatureScalars:
     def __init__(self, f: BatchFeatures) -> None:
         for n in self.__slots__:
             setattr(self, n, float(getattr(f, n)))
+
+    @property
+    def piece_step(self) -> float:
+        return piece_step_of(self.graph_replay, self.eager_step)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

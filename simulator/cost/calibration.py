@@ -7,7 +7,7 @@ Format (``version`` 1), one JSON object::
       "provenance": {"gpu": "h200", "model": "llama3-8b", "tp": 1, "engine_version": "0.1.0",
                      "dtype": "bfloat16", "date": "2025-01-31", "command": "twinserve-profile ...",
                      "notes": ""},
-      "features": ["num_seqs", "new_tokens", ...],          # BatchFeatures fields the terms use
+      "features": ["num_seqs", "new_tokens", ...],          # the features the terms read
       "regimes": {                                          # "decode" and "prefill" required
         "decode":  {"terms": ["1", "num_seqs", "decode_ctx", "padded_decodes"],
                     "coef":  [0.0041, 1.1e-6, 2.4e-10, 3.0e-7],     # seconds per unit of term
@@ -28,8 +28,10 @@ Format (``version`` 1), one JSON object::
       "decode_offsets": {"1": 8e-5, "2": 2e-4, ...}         # optional: seconds added to the decode
     }                                                       # fit per CUDA-graph batch size
 
-A term is ``"1"``, a feature name, a hinge ``"feature>k"`` (``max(feature - k, 0)``: a slope that
-starts at ``k``, e.g. where the GEMMs stop being bound by weight reads), a cap ``"feature<k"``
+A term is ``"1"``, a feature name (a ``BatchFeatures`` field, or a derived feature of
+``core.batch.DERIVED_FEATURE_NAMES`` such as ``piece_step``), a hinge ``"feature>k"``
+(``max(feature - k, 0)``: a slope that starts at ``k``, e.g. where the GEMMs stop being bound by
+weight reads), a cap ``"feature<k"``
 (``min(feature, k)``: a slope that ends at ``k``), or a product of those (``"a*b"``); hinges and
 caps on one feature make a piecewise-linear curve; a regime's prediction is
 ``sum(coef[i] * term[i])`` in seconds. Regimes: ``decode`` = no prefill chunk in the step,
@@ -51,7 +53,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures
+from twinserve.core.batch import DERIVED_FEATURE_NAMES, BatchFeatures
 
 FORMAT_VERSION = 1
 REGIMES = ("decode", "prefill", "mixed")
@@ -104,7 +106,7 @@ def factor_value(f: Any, knot: float | None, kind: str, mx: Callable[[Any, float
 def check_terms(terms: Sequence[str]) -> None:
     """Raise ValueError for a term that is not "1" or a product of features, hinges, caps and
     waves (``"a*b"``, ``"new_tokens>1024"``, ``"padded_tokens<512"``, ``"decode_ctx@64"``)."""
-    known = set(BatchFeatures.names())
+    known = {*BatchFeatures.names(), *DERIVED_FEATURE_NAMES}
     for t in terms:
         if t == "1":
             continue

@@ -34,7 +34,7 @@ from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
     "sched": ("1", "num_seqs", "new_tokens"),
-    "launch": ("1", "num_seqs", "new_tokens", "eager_step"),
+    "launch": ("1", "num_seqs", "new_tokens", "eager_step", "piece_step"),
     "complete": ("1", "num_seqs"),
     "loop": ("1", "num_seqs"),
     "pre": ("1", "num_seqs"),

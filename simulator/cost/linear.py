@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, piece_step_of
 from twinserve.simulator.cost.calibration import WAVE_COUNT, factor_value, term_factors
 from twinserve.simulator.cost.nnls import nnls
 
@@ -136,7 +136,8 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
-    ``graph_replay`` and ``wide_tiles`` columns; profiles recorded before them get what held
+    ``graph_replay``, ``wide_tiles`` and derived ``piece_step`` (`core.batch.piece_step_of`)
+    columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
     `graph_replays`; wide tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of
@@ -155,4 +156,7 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
         decode_graph = _decode_graph_rows(steps) & (steps["num_decodes"] <= 256)
         padded = add["padded_tokens"] if "padded_tokens" in add else steps["padded_tokens"]
         add["wide_tiles"] = (replay & ~decode_graph & (padded > 256)).astype(np.int64)
-    return steps.assign(**add) if add else steps
+    out = steps.assign(**add) if add else steps
+    if "piece_step" not in out:  # derived, never recorded
+        out = out.assign(piece_step=piece_step_of(out["graph_replay"], out["eager_step"]).astype(np.int64))
+    return out

@@ -95,3 +95,27 @@ def test_the_scheduler_passes_the_decode_heavy_flag_to_its_batches():
     assert (g.graph_replay, g.wide_tiles) == (0, 0)
     h = Batch(*args, token_graph_mode="hybrid", max_running=128).features()  # 240 tokens > 128
     assert h.graph_replay == 0
+
+
+def test_piece_step_marks_the_steps_that_run_the_pieces():
+    """`piece_step` is 1 exactly when a step is neither one graph replay nor eager: hybrid's
+    steps of many sequences that are not decode-heavy, piecewise token-graph steps."""
+    from twinserve.core.batch import Batch, piece_step_of
+
+    class R:
+        pass
+
+    def feats(n_dec: int, prefill: int, mode: str = "hybrid") -> BatchFeatures:
+        reqs = [R() for _ in range(n_dec + 1)]
+        return Batch(0, reqs, [100] * n_dec + [0], [1] * n_dec + [prefill], [True] * (n_dec + 1),
+                     [0] * (n_dec + 1), [True] * n_dec + [False], token_graph_mode=mode).features()
+
+    whole = feats(HYBRID_FULL_MAX_SEQS - 1, 300)       # few sequences: one replay
+    pieces = feats(HYBRID_FULL_MAX_SEQS + 10, 300)     # many, not decode-heavy: the pieces
+    eager = feats(HYBRID_FULL_MAX_SEQS + 10, 3000)     # above the largest token graph: eager
+    assert [(f.graph_replay, f.eager_step, f.piece_step) for f in (whole, pieces, eager)] == [
+        (1, 0, 0), (0, 0, 1), (0, 1, 0)]
+    assert feats(40, 300, "piecewise").piece_step == 1 and feats(40, 300, "full").piece_step == 0
+    decode = BatchFeatures(num_seqs=8, num_decodes=8, padded_decodes=8, new_tokens=8)
+    assert decode.piece_step == 0
+    assert piece_step_of(1.0, 0.0) == 0.0 and piece_step_of(0, 0) == 1

@@ -50,7 +50,8 @@ def poisson() -> Callable[..., Workload]:
 
 def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     slow: tuple[int, int] | None = None, slow_factor: float = 2.0,
-                    idle_every: int = 0, post: float | None = None) -> pd.DataFrame:
+                    idle_every: int = 0, post: float | None = None, pieces_every: int = 0,
+                    piece_launch: float = 0.0) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
@@ -59,7 +60,9 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
     ``slow_factor`` times slower (a slow-host episode; device work unchanged). Every
     ``idle_every``-th iteration first waits 3 ms for work (the device falls idle). ``post``: the
     graph replay is enqueued that long (times the slow factor) before the launch ends, and the
-    graph starts from then (``replay_end`` recorded); None: at the launch's end, no column."""
+    graph starts from then (``replay_end`` recorded); None: at the launch's end, no column.
+    ``pieces_every``: every such step is recorded as one that ran the pieces (``graph_replay``
+    and ``eager_step`` 0; the others ``graph_replay`` 1) and launches ``piece_launch`` longer."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for i in range(n):
@@ -67,7 +70,9 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         if idle_every and i and i % idle_every == 0:
             t += 3e-3
         b = int(rng.integers(1, 64))
+        pieces = bool(pieces_every) and i % pieces_every == 1
         sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
+        launch += f * piece_launch * pieces
         g = 1e-3 + 2e-5 * b
         mark = t + sched
         d0 = max(dev_end, mark)
@@ -81,6 +86,8 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                    tokens_at=np.nan, dev_start=d0, dev_end=d1)
         if post is not None:
             row["replay_end"] = enq
+        if pieces_every:
+            row.update(graph_replay=int(not pieces), eager_step=0)
         dev_end = d1
         t_host = le
         if prev is not None:

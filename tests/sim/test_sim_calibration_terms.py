@@ -220,3 +220,29 @@ def test_waves_evaluate_alike_on_one_step_and_on_many(tmp_path) -> None:
 
     cols = FeatureColumns.arithmetic(at(0), at(1), 0, 3)
     assert list(model.step_times(cols)) == [model.step_time(at(j)) for j in range(3)]
+
+
+def test_the_derived_piece_step_is_a_term_on_steps_columns_and_profiles(tmp_path) -> None:
+    """``piece_step`` (`core.batch.piece_step_of`) is checked as a known feature, evaluates bit
+    for bit on one step and on many, and a profile's frame gets it as a column."""
+    from twinserve.simulator.cost.linear import with_derived_features
+
+    check_terms(["piece_step", "piece_step*num_seqs"])
+    with pytest.raises(ValueError, match="unknown feature"):
+        check_terms(["pieces"])
+    mixed = LinearFit(["1", "piece_step", "piece_step*num_seqs", "new_tokens"], [1e-3, 1.7e-3, 3e-6, 1e-6])
+    cal = Calibration(Provenance("h200", "qwen3-0.6b", 1),
+                      {"decode": LinearFit(["1"], [1e-3]), "prefill": LinearFit(["1", "new_tokens"], [2e-3, 2e-6]),
+                       "mixed": mixed}, CpuFit(["1"], [0.0]))
+    assert "piece_step" in cal.features
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    feats = [BatchFeatures(num_seqs=b, num_decodes=b - 1, num_prefills=1, new_tokens=b + 99, prefill_tokens=100,
+                           decode_ctx=500 * b, prefill_ctx=100, prefill_attn=5050, padded_decodes=b,
+                           max_ctx=500, graph_replay=g, eager_step=e)
+             for b, g, e in ((20, 1, 0), (40, 0, 0), (60, 0, 1), (80, 0, 0))]
+    one = [model.step_time(f) for f in feats]
+    assert list(model.step_times(FeatureColumns(feats))) == one
+    assert one == pytest.approx([1e-3 + 1e-6 * (f.new_tokens) + f.piece_step * (1.7e-3 + 3e-6 * f.num_seqs)
+                                 for f in feats])
+    frame = with_derived_features(pd.DataFrame([{n: getattr(f, n) for n in BatchFeatures.names()} for f in feats]))
+    assert frame["piece_step"].tolist() == [0, 1, 0, 1]

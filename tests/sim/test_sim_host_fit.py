@@ -10,7 +10,7 @@ from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost import COST_MODELS, Provenance, fit_calibration
 from twinserve.simulator.cost.base import CostModel, HostParts
 from twinserve.simulator.cost.host_episodes import slow_episodes
-from twinserve.simulator.cost.host_fit import fit_host
+from twinserve.simulator.cost.host_fit import HOST_TERMS, fit_host
 from twinserve.simulator.cost.timeline import detect_sync, timeline_frame
 
 
@@ -182,3 +182,30 @@ class _HostBound(CostModel):
 
     def host_parts(self, f: BatchFeatures) -> HostParts:
         return HostParts(2e-4, 2e-3, 1e-4, 1e-4)
+
+
+def test_a_launch_that_runs_the_pieces_gets_a_term_of_its_own(timeline_steps, tmp_path) -> None:
+    """Steps that run the pieces (`core.batch.piece_step_of`: a graph replay per piece, the
+    attention eager between) launch longer than one replay of the same batch: the launch fit
+    reads that from ``piece_step`` and the cost model gives it back; the old terms cannot."""
+    extra = 1.5e-3
+    steps = timeline_steps(1500, 5, pieces_every=4, piece_launch=extra)
+    h = fit_host(steps, np.random.default_rng(0)).fit
+    launch = h.launch["decode"]
+    assert "piece_step" in launch.terms
+    assert _coef(launch, "piece_step") == pytest.approx(extra, rel=1e-3)
+    assert _coef(launch, "1") == pytest.approx(300e-6, rel=1e-3)
+    assert h.slow_share == 0.0  # the longer launches are not taken for a slow host
+    old = {**HOST_TERMS, "launch": tuple(t for t in HOST_TERMS["launch"] if t != "piece_step")}
+    blind = fit_host(steps, np.random.default_rng(0), terms=old).fit.launch["decode"]
+    assert blind.mape > 10 * launch.mape
+    rows = _with_prefill_rows(steps).fillna({"graph_replay": 0, "eager_step": 1})  # eager prefills
+    cal = fit_calibration(rows, Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = dict(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+             decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    whole, pieces = BatchFeatures(**f, graph_replay=1), BatchFeatures(**f, graph_replay=0)
+    assert (whole.piece_step, pieces.piece_step) == (0, 1)
+    gap = model.host_parts(pieces).launch - model.host_parts(whole).launch
+    assert gap == pytest.approx(extra, rel=1e-3)
