@@ -20,11 +20,14 @@ from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_tim
 
 # A mixed step replayed as a whole-step graph with wide query tiles (`core.batch.wide_tiles_of`)
 # computes a tile of rows over each decode's context: its decode context gets a term of its own.
+# An attention kernel over sequences of unequal context runs at least as long as its longest
+# sequence's work takes (the last tiles over the longest KV): prefill and mixed steps get
+# ``max_ctx`` beside the sums.
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
-    "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx"),
+    "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx"),
     "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx",
-              "wide_tiles*decode_ctx"),
+              "wide_tiles*decode_ctx", "max_ctx"),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # How the default terms model the dense layers' time against their rows (``padded_tokens``) in

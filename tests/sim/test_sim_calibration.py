@@ -14,12 +14,13 @@ from twinserve.simulator.cost import (COST_MODELS, Calibration, Provenance, Step
                                       find_calibration, fit_calibration)
 from twinserve.simulator.cost.nnls import nnls
 
-TRUE_PREFILL_TERMS = ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx")
+TRUE_PREFILL_TERMS = ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx")
 TRUE = {
     "decode": {"1": 4e-3, "num_seqs": 2e-5, "decode_ctx": 3e-9, "padded_decodes": 1e-5},
-    "prefill": {"1": 5e-3, "num_seqs": 0.0, "padded_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0},
+    "prefill": {"1": 5e-3, "num_seqs": 0.0, "padded_tokens": 6e-5, "prefill_attn": 2e-10, "prefill_ctx": 0.0,
+                "max_ctx": 5e-8},
     "mixed": {"1": 6e-3, "num_seqs": 1e-5, "padded_tokens": 6e-5, "prefill_attn": 2e-10,
-              "prefill_ctx": 0.0, "decode_ctx": 3e-9},
+              "prefill_ctx": 0.0, "decode_ctx": 3e-9, "max_ctx": 0.0},
 }
 
 
@@ -33,11 +34,12 @@ def synthetic_steps(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
         npf = int(rng.integers(1, 3)) if kind != "decode" else 0
         pt = int(rng.integers(16, 8000)) if npf else 0
         start = int(rng.integers(0, 4000)) if npf else 0
+        ctx = int(rng.integers(10, 8000))  # every decode's context
         row = dict(num_seqs=nd + npf, num_decodes=nd, num_prefills=npf, new_tokens=nd + pt,
-                   prefill_tokens=pt, decode_ctx=nd * int(rng.integers(10, 8000)),
-                   prefill_ctx=start + pt if npf else 0,
+                   prefill_tokens=pt, decode_ctx=nd * ctx,
+                   prefill_ctx=npf * start + pt if npf else 0,  # npf chunks after ``start`` cached
                    prefill_attn=pt * start + pt * (pt + 1) // 2, padded_decodes=nd + (-nd) % 8,
-                   max_ctx=8000)
+                   max_ctx=max(start + pt if npf else 0, ctx if nd else 0))
         # the dense rows: padded to a piecewise-graph size up to 2048 tokens, exact above
         row["padded_tokens"], _ = dense_layers(row["new_tokens"], nd, kind == "decode")
         y = sum(c * (1 if t == "1" else row[t]) for t, c in TRUE[kind].items())
