@@ -20,7 +20,7 @@ Format (``version`` 1), one JSON object::
       "host": {                                             # optional: the overlap loop's host parts
         "sched": {...}, "complete": {...}, "loop": {...},   # LinearFits like the regimes'
         "launch": {"decode": {...}, "prefill": {...}, "mixed": {...}},
-        "tail": {...},                                      # eager steps' device tail
+        "tail": {...},                                      # non-graph steps' device tail
         "sync_graph": false, "sync_eager": false,           # launch waits for the device?
         "pre": {...},                                       # graph launch work before its wait
         "slow_share": 0.2, "slow_factor": 1.6               # slow-host episodes left out

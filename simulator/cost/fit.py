@@ -60,6 +60,13 @@ SHARED_MIN_SHARE = 0.02
 # An eager step in a slow-host episode is still fitted when its span exceeds this many times
 # its launch (the device, not the host, set its pace).
 DEVICE_BOUND_RATIO = 2.0
+# How long the device of a step that is not one graph replay (eager, or the pieces) runs past
+# its launch at the least: ``tail`` = a + b * num_seqs (the work left after the host's last
+# launch call grows with the step's sequences), (a, b) chosen on these grids for the lowest span
+# error of those steps (`_fit_tail`).
+TAIL_TERMS: tuple[str, ...] = ("1", "num_seqs")
+TAIL_GRID_S: tuple[float, ...] = tuple(round(i * 5e-5, 9) for i in range(21))           # 0 .. 1 ms
+TAIL_GRID_PER_SEQ_S: tuple[float, ...] = tuple(round(i * 5e-7, 10) for i in range(41))  # 0 .. 20 us
 RESIDUAL_LEVELS: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
                                     0.9, 0.95, 0.98, 0.99, 1.0)
 
@@ -137,19 +144,12 @@ def fit_calibration(
         long = steps["duration"].to_numpy(np.float64) > DEVICE_BOUND_RATIO * launch
         host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool) & ~long)
         usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal
-        eager_idle = ~tl["graph"].to_numpy(bool) & ~tl["device_ok"].to_numpy(bool) & normal
-        tails = tl["tail_s"].to_numpy(np.float64)[eager_idle]
-        tails = tails[np.isfinite(tails)]
-        tail = float(max(np.median(tails), 0.0)) if tails.size else 0.0
         if host is not None:
-            (host.sync_graph, host.sync_eager), host.tail = sync, LinearFit(["1"], [tail])
+            host.sync_graph, host.sync_eager = sync
     else:
         y_all = steps["duration"].to_numpy(dtype=np.float64)
         usable = np.ones(len(steps), dtype=bool)
-        tail = 0.0
-    fits: dict[str, LinearFit] = {}
-    offsets: dict[int, float] = {}
-    ratios: list[np.ndarray] = []
+    models: dict[str, tuple[np.ndarray, _RegimeModel, _Params, np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, rterms in terms.items():
         sel = regime == name
         if sel.sum() < min_rows:
@@ -168,6 +168,21 @@ def fit_calibration(
         if rows.sum() >= FOLDS * (len(final.terms) + 1):
             oof = out_of_fold(lambda tr: model.predict(model.fit(tr)), fold_ids(len(steps), rng, rows=rows))
             held = np.where(rows, oof, pred)
+        models[name] = (sel, model, final, pred, held, rows)
+    tail = np.zeros(len(steps))
+    if tl is not None:  # the device's work past the launch, on the fitted device work
+        device = np.zeros(len(steps))
+        for sel, _, _, pred, _, _ in models.values():
+            device[sel] = pred[sel]
+        tail_fit = _fit_tail(steps, tl, device)
+        tail = term_matrix(steps, tail_fit.terms) @ np.asarray(tail_fit.coef)
+        if host is not None:
+            host.tail = tail_fit
+    fits: dict[str, LinearFit] = {}
+    offsets: dict[int, float] = {}
+    ratios: list[np.ndarray] = []
+    for name, (sel, model, final, pred, held, rows) in models.items():
+        y = model.y
         if tl is not None:
             err, n_test = span_error(steps, tl, sel & normal, held, tail)
         else:
@@ -309,17 +324,46 @@ def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarra
 
 
 def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, device: np.ndarray,
-               tail: float) -> tuple[float | None, int]:
+               tail: np.ndarray) -> tuple[float | None, int]:
     """Error of the step's device span (``duration``, what the engine's events measure)
-    predicted from per-row device work ``device`` (out of fold, for a held-out error) and the
-    step's measured start and launch end (`timeline.coupled_span`), over ``rows``."""
+    predicted from per-row device work ``device`` (out of fold, for a held-out error), the
+    per-row eager ``tail`` and the step's measured start and launch end
+    (`timeline.coupled_span`), over ``rows``."""
     rows = rows & np.isfinite(steps["dev_start"].to_numpy(np.float64)) & \
         np.isfinite(steps["launch_end"].to_numpy(np.float64))
     if not rows.any():
         return None, 0
     df = steps.loc[rows]
-    pred = coupled_span(device[rows], df, tl.loc[rows, "graph"].to_numpy(bool), tail)
+    pred = coupled_span(device[rows], df, tl.loc[rows, "graph"].to_numpy(bool), tail[rows])
     return mape(pred, df["duration"].to_numpy(np.float64)), int(rows.sum())
+
+
+def _fit_tail(steps: pd.DataFrame, tl: pd.DataFrame, device: np.ndarray) -> LinearFit:
+    """The eager tail (`TAIL_TERMS`): on the steps that are not one graph replay, with a
+    measured start and launch end, the (a, b) of `TAIL_GRID_S` x `TAIL_GRID_PER_SEQ_S` whose
+    spans `coupled_span` (with the fitted ``device`` work) predict with the lowest error, slow
+    host or not (the tail is how the launch paces the device: the host's state shows it most);
+    ``mape`` is that error. No such step: a tail of 0."""
+    rows = ~tl["graph"].to_numpy(bool) & np.isfinite(steps["dev_start"].to_numpy(np.float64)) & \
+        np.isfinite(steps["launch_end"].to_numpy(np.float64)) & (device > 0)
+    if not rows.any():
+        return LinearFit(list(TAIL_TERMS), [0.0, 0.0])
+    df = steps.loc[rows]
+    d0 = df["dev_start"].to_numpy(np.float64)
+    busy = d0 + device[rows]  # the device's own end
+    after = df["launch_end"].to_numpy(np.float64)
+    seqs = df["num_seqs"].to_numpy(np.float64)
+    y = df["duration"].to_numpy(np.float64)
+    b = np.asarray(TAIL_GRID_PER_SEQ_S)[:, None]
+    best: tuple[float, float, float] | None = None
+    for a in TAIL_GRID_S:
+        span = np.maximum(busy, after + a + b * seqs) - d0  # every b at once
+        err = np.mean(np.abs(span / y - 1.0), axis=1)
+        i = int(np.argmin(err))
+        if best is None or err[i] < best[2]:
+            best = (a, float(b[i, 0]), float(err[i]))
+    assert best is not None
+    return LinearFit(list(TAIL_TERMS), [best[0], best[1]], best[2], int(rows.sum()), int(rows.sum()))
 
 
 def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
@@ -341,5 +385,6 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
     if cal.host is None or not has_timeline(steps):
         return g
     graph = timeline_frame(steps)["graph"].to_numpy(bool)
-    span = coupled_span(g, steps, graph, float(cal.host.tail.coef[0]))
+    tail = term_matrix(steps, cal.host.tail.terms) @ np.asarray(cal.host.tail.coef)
+    span = coupled_span(g, steps, graph, tail)
     return np.where(np.isfinite(span), span, g)

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from twinserve.core.batch import BatchFeatures
-from twinserve.simulator.cost import COST_MODELS, Provenance, fit_calibration
+from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance, fit_calibration
+from twinserve.simulator.cost.calibration import HostFit
 from twinserve.simulator.cost.base import CostModel, HostParts
 from twinserve.simulator.cost.host_episodes import slow_episodes
 from twinserve.simulator.cost.host_fit import HOST_TERMS, fit_host
@@ -209,3 +210,46 @@ def test_a_launch_that_runs_the_pieces_gets_a_term_of_its_own(timeline_steps, tm
     assert (whole.piece_step, pieces.piece_step) == (0, 1)
     gap = model.host_parts(pieces).launch - model.host_parts(whole).launch
     assert gap == pytest.approx(extra, rel=1e-3)
+
+
+def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_spans(tmp_path) -> None:
+    """Steps that are not one graph replay end no earlier than ``a + b * num_seqs`` after their
+    launch (the device's work left after the host's last launch call): `_fit_tail` finds (a, b)
+    on its grids from the spans of host-paced and device-bound steps alike, and the cost model
+    hands the tail to the pipelined loop per step."""
+    from twinserve.simulator.cost.fit import TAIL_TERMS, _fit_tail
+    from twinserve.simulator.cost.timeline import coupled_span
+
+    rng = np.random.default_rng(3)
+    n, a, b = 600, 1e-4, 8e-6
+    seqs = rng.integers(1, 200, n)
+    start = np.cumsum(rng.uniform(5e-3, 2e-2, n))          # each launch's start
+    launch = rng.uniform(5e-4, 6e-3, n)
+    lead = rng.uniform(0.0, 1e-3, n)                        # the previous step still on the device
+    device = 1e-3 + 2e-5 * seqs
+    d0 = start + lead
+    dev_end = np.maximum(d0 + device, start + launch + a + b * seqs)
+    steps = pd.DataFrame(dict(num_seqs=seqs, num_decodes=seqs - 1, num_prefills=1, new_tokens=seqs + 99,
+                              prefill_tokens=100, decode_ctx=500 * (seqs - 1), prefill_ctx=100,
+                              prefill_attn=5050, padded_decodes=seqs, max_ctx=500, graph_replay=0,
+                              eager_step=0, iter_start=start, sched_s=0.0, plan_wait_s=0.0, launch_s=launch,
+                              launch_end=start + launch, dev_start=d0, dev_end=dev_end, duration=dev_end - d0))
+    tl = timeline_frame(steps)
+    paced = (start + launch + a + b * seqs) > d0 + device
+    assert 0.2 < paced.mean() < 0.8  # both kinds of step are there
+    fit = _fit_tail(steps, tl, device)
+    assert fit.terms == list(TAIL_TERMS) and fit.coef == pytest.approx([a, b], rel=1e-9)
+    assert fit.mape == pytest.approx(0.0, abs=1e-9)
+    # the old constant tail cannot follow the sequences
+    const = coupled_span(device, steps, np.zeros(n, bool), float(np.median(dev_end - steps.launch_end)))
+    assert np.mean(np.abs(const / steps.duration.to_numpy() - 1)) > 0.02
+    cal = Calibration(Provenance("h200", "qwen3-0.6b", 1), {"decode": LinearFit(["1"], [1e-3]),
+                      "prefill": LinearFit(["1"], [1e-3])}, CpuFit(["1"], [0.0]),
+                      host=HostFit(**{k: LinearFit(["1"], [1e-4]) for k in ("sched", "complete", "loop")},
+                                   launch={r: LinearFit(["1"], [1e-3]) for r in ("decode", "prefill", "mixed")},
+                                   tail=fit))
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = BatchFeatures(num_seqs=50, num_decodes=49, num_prefills=1, new_tokens=149, prefill_tokens=100,
+                      decode_ctx=24500, prefill_ctx=100, prefill_attn=5050, padded_decodes=49, max_ctx=500,
+                      graph_replay=0)
+    assert model.host_parts(f).tail == pytest.approx(a + b * 50, rel=1e-9)
