@@ -132,6 +132,9 @@ def summary_lines(cal: Calibration) -> list[str]:
         for name, fit in parts:
             m = "n/a" if fit.mape is None else f"{100 * fit.mape:.1f}%"
             lines.append(f"  host {name:14s} base {1e3 * fit.coef[0]:.3f} ms, 5-fold MAPE {m}")
+        tail = " + ".join(f"{1e3 * c:.4f} ms" + ("" if t == "1" else f" * {t}") for t, c in zip(h.tail.terms, h.tail.coef))
+        tail_err = "" if h.tail.mape is None else f" (span MAPE {100 * h.tail.mape:.1f}% of the steps it applies to)"
+        lines.append(f"  host tail           {tail}{tail_err}")
         lines.append(f"  host slow episodes: {100 * h.slow_share:.1f}% of steps, {h.slow_factor:.2f}x slower "
                      f"(left out of the fits)")
     notes = json.loads(cal.provenance.notes or "{}")
