@@ -13,8 +13,8 @@ from twinserve.simulator.cost.calibration import (
 )
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
-    FOLDS, REGIME_NAMES, fit_linear, fold_ids, mape, nnls_rows, out_of_fold, regime_of, term_matrix,
-    with_derived_features,
+    FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
+    term_matrix, with_derived_features,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
@@ -175,7 +175,7 @@ def fit_calibration(
         for sel, _, _, pred, _, _ in models.values():
             device[sel] = pred[sel]
         tail_fit = _fit_tail(steps, tl, device)
-        tail = term_matrix(steps, tail_fit.terms) @ np.asarray(tail_fit.coef)
+        tail = fit_values(tail_fit, steps)
         if host is not None:
             host.tail = tail_fit
     fits: dict[str, LinearFit] = {}
@@ -377,7 +377,7 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
         sel = reg == name
         if sel.any():
             fit = cal.regimes.get(name, cal.regimes["prefill"])
-            g[sel] = term_matrix(steps.loc[sel], fit.terms) @ np.asarray(fit.coef)
+            g[sel] = fit_values(fit, steps.loc[sel])
     if cal.decode_offsets:
         sel = reg == "decode"
         g[sel] += steps.loc[sel, "padded_decodes"].map(
@@ -385,6 +385,6 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
     if cal.host is None or not has_timeline(steps):
         return g
     graph = timeline_frame(steps)["graph"].to_numpy(bool)
-    tail = term_matrix(steps, cal.host.tail.terms) @ np.asarray(cal.host.tail.coef)
+    tail = fit_values(cal.host.tail, steps)
     span = coupled_span(g, steps, graph, tail)
     return np.where(np.isfinite(span), span, g)

@@ -28,7 +28,7 @@ import pandas as pd
 from twinserve.simulator.cost.calibration import HostFit, LinearFit
 from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
 from twinserve.simulator.cost.linear import (
-    REGIME_NAMES, fit_linear, regime_of, term_matrix, with_derived_features,
+    REGIME_NAMES, fit_linear, fit_values, regime_of, with_derived_features,
 )
 from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
@@ -70,10 +70,6 @@ def loop_overhead(steps: pd.DataFrame) -> pd.Series:
         o = nxt - end
         out.loc[g.index] = o
     return out
-
-
-def _predict(fit: LinearFit, df: pd.DataFrame) -> np.ndarray:
-    return term_matrix(df, fit.terms) @ np.asarray(fit.coef, dtype=np.float64)
 
 
 def _log_ratio(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -195,8 +191,8 @@ def episode_seconds(st: pd.DataFrame, slow: np.ndarray) -> float:
 def _host_ratio(st: pd.DataFrame, y: _Targets, fit: HostFit) -> np.ndarray:
     """Per step, the median over its host parts (sched, complete, launch) of log(measured /
     ``fit``), the input of the episode and host-speed windows."""
-    return step_ratio([_log_ratio(y.sched, _predict(fit.sched, st)),
-                       _log_ratio(y.complete, _predict(fit.complete, st)),
+    return step_ratio([_log_ratio(y.sched, fit_values(fit.sched, st)),
+                       _log_ratio(y.complete, fit_values(fit.complete, st)),
                        _log_ratio(y.launch, _launch_pred(fit, st, y.regime))])
 
 
@@ -205,7 +201,7 @@ def _launch_pred(fit: HostFit, st: pd.DataFrame, regime: np.ndarray) -> np.ndarr
     for name in REGIME_NAMES:
         sel = regime == name
         if sel.any():
-            out[sel] = _predict(fit.launch.get(name, fit.launch["prefill"]), st.loc[sel])
+            out[sel] = fit_values(fit.launch.get(name, fit.launch["prefill"]), st.loc[sel])
     return out
 
 
@@ -233,7 +229,7 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
     pre = LinearFit(["1"], [0.0])
     idle = keep & y.idle
     if idle.sum() >= MIN_IDLE_ROWS:  # an idle graph launch is pre + the part after the wait
-        rest = y.whole - _predict(launch["decode"], st)
+        rest = y.whole - fit_values(launch["decode"], st)
         pre = one(idle, rest, terms["pre"])
     post = LinearFit(["1"], [0.0])
     post_ok = keep & np.isfinite(y.post) & (y.post >= 0)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, piece_step_of
-from twinserve.simulator.cost.calibration import WAVE_COUNT, factor_value, term_factors
+from twinserve.simulator.cost.calibration import WAVE_COUNT, LinearFit, factor_value, term_factors
 from twinserve.simulator.cost.nnls import nnls
 
 REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
@@ -41,6 +41,11 @@ def term_matrix(df: pd.DataFrame, terms: Sequence[str]) -> np.ndarray:
             v = v * factor_value(df[name].to_numpy(dtype=np.float64), knot, kind, np.maximum, n)
         cols.append(v)
     return np.column_stack(cols) if cols else np.zeros((len(df), 0))
+
+
+def fit_values(fit: LinearFit, df: pd.DataFrame) -> np.ndarray:
+    """A fitted model's value on every row of ``df``: its term matrix times its coefficients."""
+    return term_matrix(df, fit.terms) @ np.asarray(fit.coef, dtype=np.float64)
 
 
 def nnls_rows(X: np.ndarray, y: np.ndarray, train: np.ndarray, relative: bool, trim: float = 0.0) -> np.ndarray:
