@@ -193,6 +193,10 @@ class HostFit:
         if "decode" not in self.launch or "prefill" not in self.launch:
             raise ValueError("host launch fits need the decode and prefill regimes")
 
+    def fits(self) -> list[LinearFit]:
+        """Every linear model of the host side (each part, each regime's launch)."""
+        return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, *self.launch.values()]
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
         zero = {"terms": ["1"], "coef": [0.0]}
@@ -244,8 +248,7 @@ class Calibration:
         unknown = [r for r in self.regimes if r not in REGIMES]
         if missing or unknown:
             raise ValueError(f"calibration regimes: missing {missing}, unknown {unknown}")
-        host = [] if self.host is None else [self.host.sched, self.host.complete, self.host.loop,
-                                             self.host.tail, self.host.pre, *self.host.launch.values()]
+        host = [] if self.host is None else self.host.fits()
         used = sorted({feat for fit in [*self.regimes.values(), self.cpu, *host] for t in fit.terms
                        if t != "1" for name, _, kind in term_factors(t)
                        for feat in ((name, WAVE_COUNT) if kind == "wave" else (name,))})

@@ -246,3 +246,17 @@ def test_the_derived_piece_step_is_a_term_on_steps_columns_and_profiles(tmp_path
                                  for f in feats])
     frame = with_derived_features(pd.DataFrame([{n: getattr(f, n) for n in BatchFeatures.names()} for f in feats]))
     assert frame["piece_step"].tolist() == [0, 1, 0, 1]
+
+
+def test_features_list_what_every_host_part_reads() -> None:
+    """``Calibration.features`` names the features of each host fit, ``post`` and ``tail`` too."""
+    from twinserve.simulator.cost.calibration import HostFit
+
+    parts = {k: LinearFit(["1"], [1e-4]) for k in ("sched", "complete", "loop")}
+    host = HostFit(**parts, launch={r: LinearFit(["1"], [1e-4]) for r in ("decode", "prefill")},
+                   post=LinearFit(["1", "num_decodes"], [1e-4, 1e-7]), tail=LinearFit(["1", "max_ctx"], [0.0, 1e-9]))
+    cal = Calibration(Provenance("h200", "qwen3-0.6b", 1),
+                      {"decode": LinearFit(["1"], [1e-3]), "prefill": LinearFit(["1", "new_tokens"], [2e-3, 2e-6])},
+                      CpuFit(["1"], [0.0]), host=host)
+    assert cal.features == ["max_ctx", "new_tokens", "num_decodes"]
+    assert len(host.fits()) == 8 and host.post in host.fits() and host.tail in host.fits()
