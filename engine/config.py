@@ -40,6 +40,8 @@ class EngineConfig:
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
       ``kernels``: "auto" (same rule), "torch", "flashinfer" for norm/RoPE/SiLU.
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
+    - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
+      for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them).
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).
     - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
@@ -80,6 +82,7 @@ class EngineConfig:
     tp_timeout_s: float = 300.0
     tp_cuda_graphs: bool = False
     checked: bool = False
+    cpu_chase: bool = False
 
     def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True) -> SchedulerConfig:
         """The scheduler's config: ``self.scheduler`` with the engine-owned fields set (the

@@ -23,6 +23,7 @@ from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.engine.config import EngineConfig
+from twinserve.engine.cpu_chase import CpuChaser
 from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
@@ -51,7 +52,8 @@ class Engine:
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
     ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
-    whose dense layers replayed piecewise graphs; 0 otherwise).
+    whose dense layers replayed piecewise graphs; 0 otherwise) and, with ``cpu_chase``,
+    ``host_cpu`` (the vCPU the host thread was pinned to at launch; -1 before the first move).
 
     Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
     scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them
@@ -103,6 +105,7 @@ class Engine:
         self._inflight: tuple[InFlight, StepRecord] | None = None
         self._reported: dict[int, int] = {}
         self._pending: list[StepOutput] = []
+        self.chaser = CpuChaser() if cfg.cpu_chase else None
 
     @property
     def tp_size(self) -> int:
@@ -144,6 +147,8 @@ class Engine:
         if self.tp is not None and self.tp.failed is not None:
             raise self.tp.failed
         outs, self._pending = self._pending, []
+        if self.chaser is not None:
+            self.chaser.tick()
         t = time.perf_counter()
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
@@ -160,6 +165,8 @@ class Engine:
                              plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
                              graph_tokens=float(fl.graph_tokens),
                              device_busy=float(fl.device_busy))
+            if self.chaser is not None:
+                rec.extra["host_cpu"] = float(self.chaser.cpu)
             launched = (fl, rec)
         if self._inflight is not None:
             outs += self._complete(*self._inflight)
@@ -256,6 +263,8 @@ class Engine:
                 self._finish(self._inflight[0])
         finally:
             self._inflight = None
+            if self.chaser is not None:
+                self.chaser.close()
             if self.tp is not None:
                 self.tp.stop()
             for name in ("runner", "attn", "pool", "model", "executor"):

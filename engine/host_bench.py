@@ -149,25 +149,34 @@ def main(argv: list[str] | None = None) -> None:
     add_token_graph_args(ap)
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
+    ap.add_argument("--cpu-chase", choices=("off", "on", "alternate"), default="off",
+                    help="keep the host thread on a fast vCPU (EngineConfig.cpu_chase); alternate: on in even repeats")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
                        piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs,
-                       hybrid_decode_heavy=not args.no_decode_heavy)
+                       hybrid_decode_heavy=not args.no_decode_heavy, cpu_chase=args.cpu_chase != "off")
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []
+    chaser = eng.chaser
     for k in range(args.repeats):
+        chasing = chaser is not None and (args.cpu_chase == "on" or k % 2 == 0)
+        eng.chaser = chaser if chasing else None
+        if chaser is not None and not chasing:
+            chaser.unpin()
         stats, table = host_bench(eng, args.decodes, args.ctx, args.prompt, args.steps,
                                   args.cprofile if k == args.repeats - 1 else 0)
+        where = f"  [vCPU {chaser.cpu}, {chaser.moves} moves, {chaser.sweeps} sweeps]" if chasing else ""
         for st in stats:
-            print(f"repeat {k}: {st.line()}")
+            print(f"repeat {k}: {st.line()}{where}")
             rows.append({"model": args.model or args.shape, "repeat": k, "decodes": args.decodes,
-                         "prompt": args.prompt, **asdict(st)})
+                         "prompt": args.prompt, "cpu_chase": chasing, **asdict(st)})
         if table:
             print(table)
     append_jsonl(args.json, rows)
+    eng.chaser = chaser
     eng.shutdown()
 
 

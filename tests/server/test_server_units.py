@@ -150,3 +150,14 @@ def test_stale_ipc_dirs_are_swept(tmp_path) -> None:
     assert not stale.exists() and os.path.isdir(live.root) and os.path.isdir(other.root)
     live.remove()
     other.remove()
+
+
+def test_engine_config_from_passes_the_backend_engine_keys() -> None:
+    from twinserve.server.hydra_config import engine_config_from
+
+    cfg = {"model": {"path": "/m"}, "scheduler": {"name": "fcfs", "max_running": 8}, "memory": {"name": "on_demand"},
+           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_chase": True, "overlap": None}}
+    e = engine_config_from(cfg)
+    assert (e.model, e.device, e.cpu_chase, e.overlap, e.scheduler["max_running"]) == ("/m", "cpu", True, None, 8)
+    cfg["backend"] = {}
+    assert engine_config_from(cfg).cpu_chase is False
