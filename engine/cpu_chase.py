@@ -4,8 +4,9 @@ On hosts whose vCPUs are fast or slow by turns (`cpu_speed`), the serving loop's
 the vCPU its thread happens to run on. `CpuChaser` starts a probe process that keeps the other
 vCPUs' speeds on a `cpu_speed.SpeedBoard`; every ``interval_s`` the engine's thread times one
 unit itself and moves (``sched_setaffinity``) to the fastest vCPU on the board when that one is
-faster than ``ratio`` times its own. Off by default: whether it pays is measured on the GPU host
-(engine/README.md, "The host's vCPUs").
+faster than ``ratio`` times its own, or when it waited for its vCPU (another runnable thread there:
+a pinned thread cannot be moved off by the kernel) over ``contended`` of the interval. Off by
+default: whether it pays is measured on the GPU host (engine/README.md, "The host's vCPUs").
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ import time
 import numpy as np
 
 from twinserve.engine.cpu_speed import SpeedBoard, spin_unit
+
+
+def run_delay_s() -> float | None:
+    """Seconds this thread has waited on a run queue (Linux schedstat), None where unreadable."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def choose_cpu(current: int, own_s: float, unit_s: np.ndarray, stamps: np.ndarray, now: float,
@@ -41,7 +51,9 @@ def choose_cpu(current: int, own_s: float, unit_s: np.ndarray, stamps: np.ndarra
 
 class CpuChaser:
     """Pins the calling thread (the engine's host loop) to a fast vCPU, re-deciding at most
-    every ``interval_s`` in ``tick()``.
+    every ``interval_s`` in ``tick()``: it moves when a fresh vCPU's unit time is under ``ratio``
+    times its own, or, pinned, when it waited on its run queue over ``contended`` of the time
+    since the last decision (a unit timed between two waits reads fast on a shared vCPU).
 
     Invariants: active only with at least two allowed vCPUs (this process's affinity at
     construction) on Linux; then exactly one probe process runs until ``close()`` (idempotent),
@@ -51,8 +63,9 @@ class CpuChaser:
     """
 
     def __init__(self, interval_s: float = 0.25, ratio: float = 0.8, period_s: float = 0.1,
-                 max_age_s: float = 1.0) -> None:
-        self.interval_s, self.ratio, self.max_age_s = interval_s, ratio, max_age_s
+                 max_age_s: float = 1.0, contended: float = 0.05) -> None:
+        self.interval_s, self.ratio, self.max_age_s, self.contended = interval_s, ratio, max_age_s, contended
+        self._delay: tuple[float, float] | None = None  # (perf_counter, run delay) at the last decision
         self.cpu, self.moves = -1, 0
         self._tid = 0  # the native id of the thread that ticks (0 before its first move)
         self._next = 0.0
@@ -86,6 +99,12 @@ class CpuChaser:
             return
         self._next = now + self.interval_s
         own = min(spin_unit(), spin_unit())
+        delay = run_delay_s()
+        if delay is not None:
+            if self._delay is not None and self.cpu >= 0 and now > self._delay[0] \
+                    and (delay - self._delay[1]) / (now - self._delay[0]) > self.contended:
+                own = float("inf")  # sharing its vCPU: any fresh other one is better
+            self._delay = (now, delay)
         best = choose_cpu(self.cpu, own, self._board.unit_s(), self._board.stamps(), time.time(),
                           self.ratio, self.max_age_s, self.allowed)
         if best is None:

@@ -155,3 +155,47 @@ def test_engine_with_cpu_chase_records_the_host_vcpu(tiny_model_dir):
     th.join(120)
     assert len(result["cpus"]) == 6 and all(c in CPUS for c in result["cpus"])
     assert result["closed"] and result["after"] == set(CPUS)
+
+
+@two_cpus
+def test_chaser_leaves_a_vcpu_that_another_process_keeps_busy():
+    """A CPU-bound process pinned to one vCPU halves the speed there: the chaser moves the
+    ticking thread to the other vCPU, and back when the busy process moves."""
+    import subprocess
+    import sys
+
+    a, b = CPUS[0], CPUS[1]
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    result: dict = {}
+
+    def follow(ch: CpuChaser, avoid: int, timeout_s: float = 20.0) -> int:
+        t = time.time()
+        while time.time() - t < timeout_s:
+            ch.tick()
+            if ch.cpu not in (-1, avoid):
+                return ch.cpu
+            time.sleep(0.01)
+        return ch.cpu
+
+    def body() -> None:
+        os.sched_setaffinity(burner.pid, {a})
+        ch = CpuChaser(interval_s=0.05, period_s=0.02)
+        try:
+            _wait_sweeps(ch, 3)
+            os.sched_setaffinity(0, {a})  # start on the busy vCPU
+            ch.cpu = a
+            ch._board.engine_cpu = a
+            result["first"] = follow(ch, avoid=a)
+            os.sched_setaffinity(burner.pid, {b})  # the load moves to where the thread now is
+            result["second"] = follow(ch, avoid=b)
+        finally:
+            ch.close()
+
+    try:
+        th = threading.Thread(target=body)
+        th.start()
+        th.join(90)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert result == {"first": b, "second": a}
