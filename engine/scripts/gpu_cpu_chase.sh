@@ -3,8 +3,9 @@
 # root; carry .whl and .fik):  bash engine/scripts/gpu_cpu_chase.sh OUTDIR [shape] [repeats]
 # 1. `engine.cpu_speed`: each vCPU's speed over 15 s with the machine idle;
 # 2. `engine.host_bench --cpu-chase alternate`: the fixed mixed and decode steps, the chaser on in
-#    even repeats and off in odd ones (so that the host's changing states fall on both), JSON lines
-#    in OUTDIR/chase.jsonl; then the medians and slow shares per setting.
+#    even repeats and off (unpinned; its probe process still sweeping) in odd ones, so that the
+#    host's changing states fall on both; JSON lines in OUTDIR/chase.jsonl; then the medians and
+#    slow shares per setting. Next, if it pays: the fidelity suite with backend.cpu_chase=true.
 set -u
 OUT_DIR=${1:?usage: gpu_cpu_chase.sh OUTDIR [shape] [repeats]}; SHAPE=${2:-qwen3-0.6b}; REPEATS=${3:-120}
 . experiments/scripts/gpu_setup.sh "$OUT_DIR/setup.log"
