@@ -51,10 +51,7 @@ class ProfileGrid:
     prefill_tokens: tuple[int, ...] = (32, 128, 512, 1024, 2048, 4096, 8192)
     prefill_ctx: tuple[int, ...] = (0, 1024, 4096)
     prefill_seqs: tuple[int, ...] = (1, 4)
-    # sizes between the powers of two too: on the fidelity runs qwen3-0.6b's decode steps of 40-72
-    # sequences at 1-2k tokens of context, which a grid of 32 and 64 lacked, ran up to 11 % longer
-    # than fitted (experiments/calibrations/README.md, "The decode grid")
-    decode_bs: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 224, 256)
+    decode_bs: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)
     decode_ctx: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
     decode_steps: int = 12
     mixed_every: int = 3

@@ -97,14 +97,15 @@ def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
 
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
                     command: str, notes: dict[str, Any] | None = None, seed: int = 0,
-                    dense: str = "hinge") -> Calibration:
-    """Fit a `Calibration` on step rows (``dense``: `cost.fit.DENSE_MODELS`); non-positive
+                    dense: str = "hinge", decode_scales: bool = True) -> Calibration:
+    """Fit a `Calibration` on step rows (``dense``: `cost.fit.DENSE_MODELS`; ``decode_scales``:
+    a factor per decode graph size besides its offset, `cost.fit._fit_with_bucket_lines`); non-positive
     durations are dropped. The notes (JSON) carry ``notes`` plus the error on the replay rows
     (``phase == "replay"``) when present."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
                       date=dt.date.today().isoformat(), command=command)
-    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed, dense=dense)
+    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed, dense=dense, bucket_scales=decode_scales)
     extra = dict(notes or {})
     extra["rows"] = int(len(steps))
     if "phase" in steps:
@@ -158,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dense", choices=DENSE_MODELS, default="hinge",
                     help="the dense layers' time against their rows in prefill and mixed fits: a line "
                          "with one hinge chosen by cross-validation, or a piecewise-linear curve")
+    ap.add_argument("--no-decode-scales", action="store_true",
+                    help="decode graph sizes get an offset each but no factor (the fit before the eleventh session)")
     ap.add_argument("--rows", default=None, metavar="QUERY",
                     help="with --from-steps: fit only the step rows matching this pandas query "
                          "(e.g. 'calib_load != calib_load' leaves out the loaded-server replays)")
@@ -199,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
     if args.overlap != "auto":
         overlap = args.overlap == "on"
     cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info, seed=args.seed,
-                          dense=args.dense)
+                          dense=args.dense, decode_scales=not args.no_decode_scales)
     out = Path(args.out or f"{args.work_dir}/{gpu}_{model}_tp{args.tp}.json")
     cal.save(out)
     CalibratedCostModel(out)  # the simulator can read what was written

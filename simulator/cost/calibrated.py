@@ -60,6 +60,30 @@ def _by_regime(x: Any, mx: Max, decode: Callable[[], Any], prefill: Callable[[],
             + mixed() * (any_prefill * any_decode))
 
 
+class _SizeTable:
+    """A calibration's per-graph-size decode values (offsets or factors) with a ``default`` for
+    sizes it does not list, looked up for one size or, vectorised, for an array of them (the
+    fast-forward columns): ``table(padded)`` is ``values.get(padded, default)`` either way.
+    Falsy when it lists no size."""
+
+    def __init__(self, values: dict[int, float], default: float) -> None:
+        self.values, self.default = values, float(default)
+        top = max(values, default=0)
+        self._arr = np.full(top + 2, self.default)  # the last slot: every size above the table
+        for b, v in values.items():
+            if b >= 0:
+                self._arr[b] = v
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def __call__(self, padded: Any) -> Any:
+        if isinstance(padded, np.ndarray):
+            idx = np.clip(padded.astype(np.int64), 0, len(self._arr) - 1)
+            return self._arr[idx]
+        return self.values.get(int(padded), self.default)
+
+
 @COST_MODELS.register("calibrated")
 class CalibratedCostModel(CostModel):
     """Per-regime linear models read from a ``Calibration`` (see calibration.py for the format).
@@ -85,7 +109,8 @@ class CalibratedCostModel(CostModel):
         self._device = {"decode": _Linear(cal.regimes["decode"]), "prefill": _Linear(prefill),
                         "mixed": _Linear(cal.regimes.get("mixed", prefill))}
         self._min = float(min_step_s)
-        self._offsets = {int(k): float(v) for k, v in cal.decode_offsets.items()}
+        self._offsets = _SizeTable({int(k): float(v) for k, v in cal.decode_offsets.items()}, 0.0)
+        self._scales = _SizeTable({int(k): float(v) for k, v in cal.decode_scales.items()}, 1.0)
         h = cal.host
         self._cpu_fit = _Linear(cal.cpu)
         self._host: dict[str, _Linear] = {}
@@ -98,8 +123,10 @@ class CalibratedCostModel(CostModel):
 
     def _decode_gpu(self, x: Any, mx: Max) -> Any:
         decode = self._device["decode"](x, mx)
+        if self._scales:
+            decode = decode * self._scales(x.padded_decodes)
         if self._offsets:
-            decode = decode + self._offset(x.padded_decodes)
+            decode = decode + self._offsets(x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up,
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)  # less the work after the replay
             launch = mx(self._graph_launch(x, mx) - self._host["post"](x, mx), 0.0)
@@ -114,15 +141,9 @@ class CalibratedCostModel(CostModel):
     def _device_only(self, f: BatchFeatures, regime: str) -> float:
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
         t = float(self._device[regime](FeatureScalars(f), max))
-        if regime == "decode" and self._offsets:
-            t = t + self._offset(float(f.padded_decodes))
+        if regime == "decode":
+            t = t * self._scales(f.padded_decodes) + self._offsets(f.padded_decodes)
         return max(t, self._min)
-
-    def _offset(self, padded: Any) -> Any:
-        """The calibration's decode offset for a graph batch size (a float, or one per element)."""
-        if isinstance(padded, np.ndarray):
-            return np.array([self._offsets.get(int(b), 0.0) for b in padded], dtype=np.float64)
-        return self._offsets.get(int(padded), 0.0)
 
     def _cpu(self, x: Any, mx: Max) -> Any:
         h, hp = self.calibration.host, self._host

@@ -25,8 +25,10 @@ Format (``version`` 1), one JSON object::
         "pre": {...},                                       # graph launch work before its wait
         "slow_share": 0.2, "slow_factor": 1.6               # slow-host episodes left out
       },
-      "decode_offsets": {"1": 8e-5, "2": 2e-4, ...}         # optional: seconds added to the decode
-    }                                                       # fit per CUDA-graph batch size
+      "decode_offsets": {"1": 8e-5, "2": 2e-4, ...},        # optional: seconds added to the decode
+                                                            # fit per CUDA-graph batch size
+      "decode_scales": {"48": 0.97, "96": 1.4, ...}         # optional: and the factor it is scaled
+    }                                                       # by first (1 where absent)
 
 A term is ``"1"``, a feature name (a ``BatchFeatures`` field, or a derived feature of
 ``core.batch.DERIVED_FEATURE_NAMES`` such as ``piece_step``), a hinge ``"feature>k"``
@@ -240,6 +242,7 @@ class Calibration:
     version: int = FORMAT_VERSION
     host: HostFit | None = None
     decode_offsets: dict[str, float] = field(default_factory=dict)
+    decode_scales: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.version != FORMAT_VERSION:
@@ -263,6 +266,8 @@ class Calibration:
             out["host"] = d["host"]
         if self.decode_offsets:
             out["decode_offsets"] = dict(self.decode_offsets)
+        if self.decode_scales:
+            out["decode_scales"] = dict(self.decode_scales)
         return out
 
     @classmethod
@@ -276,6 +281,7 @@ class Calibration:
             residuals=Residuals(**d.get("residuals", {})),
             host=HostFit.from_dict(d["host"]) if d.get("host") else None,
             decode_offsets={str(k): float(v) for k, v in (d.get("decode_offsets") or {}).items()},
+            decode_scales={str(k): float(v) for k, v in (d.get("decode_scales") or {}).items()},
         )
 
     def save(self, path: str | Path) -> Path:

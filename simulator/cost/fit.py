@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -52,6 +52,8 @@ WAVE_TERMS: tuple[str, ...] = ("decode_ctx", "decode_unique_ctx")
 WAVE_COARSE: tuple[int, ...] = tuple(range(16, 257, 8))
 WAVE_FINE_STEP = 2
 WAVE_MIN_GAIN = 0.05
+SCALE_RANGE = (0.5, 2.0)  # the decode fit's factor per graph batch size stays within these
+SCALE_MIN_SPREAD = 0.05  # a size's rows must vary by this share of their mean fit to get one
 WAVE_FOLD_SEED = 0  # the choice's own folds: the fit's random stream stays as without waves
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
@@ -89,6 +91,7 @@ def fit_calibration(
     seed: int = 0,
     min_rows: int = 10,
     bucket_offsets: bool = True,
+    bucket_scales: bool = True,
     episodes: bool = True,
     dense: str = "hinge",
 ) -> Calibration:
@@ -101,8 +104,8 @@ def fit_calibration(
     (`span_error`). A regime with fewer than ``min_rows`` rows is skipped; "decode" and
     "prefill" must both be present. Residual quantiles are of measured / predicted. A non-zero
     ``cpu_s`` column fits the plain host-time model. ``bucket_offsets``: the decode fit also
-    gets one additive offset per CUDA-graph batch size (`_fit_with_bucket_offsets`, stored as
-    ``decode_offsets``). With the engine's timeline (and ``overlap``), device work is read off
+    gets one additive offset per CUDA-graph batch size, and with ``bucket_scales`` one factor
+    (`_fit_with_bucket_lines`, stored as ``decode_offsets`` and ``decode_scales``). With the engine's timeline (and ``overlap``), device work is read off
     it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
     steps it finds in slow-host episodes are left out of the device fits and errors (their
     spans may be paced by the slow host), unless their span exceeds ``DEVICE_BOUND_RATIO``
@@ -160,7 +163,7 @@ def fit_calibration(
             rows, y = sel & normal, steps["duration"].to_numpy(np.float64)
         model = _RegimeModel(steps, y, rterms, rng, offsets=name == "decode" and bucket_offsets
                              and "padded_decodes" in steps, hinge=hinges and name != "decode",
-                             wave=defaults and name == "decode")
+                             wave=defaults and name == "decode", scales=bucket_scales)
         final = model.fit(rows)
         pred = model.predict(final)
         # out of fold for the fitted rows; the rest of the regime's rows were never fitted
@@ -180,6 +183,7 @@ def fit_calibration(
             host.tail = tail_fit
     fits: dict[str, LinearFit] = {}
     offsets: dict[int, float] = {}
+    scales: dict[int, float] = {}
     ratios: list[np.ndarray] = []
     for name, (sel, model, final, pred, held, rows) in models.items():
         y = model.y
@@ -188,8 +192,8 @@ def fit_calibration(
         else:
             err, n_test = mape(held[rows], y[rows]), int(rows.sum())
         fits[name] = LinearFit(list(final.terms), [float(c) for c in final.coef], err, int(rows.sum()), n_test)
-        if final.offsets:
-            offsets = final.offsets
+        if final.offsets or final.scales:
+            offsets, scales = final.offsets, final.scales
         ratios.append(y[rows] / np.maximum(pred[rows], 1e-12))
     missing = [r for r in ("decode", "prefill") if r not in fits]
     if missing:
@@ -204,27 +208,31 @@ def fit_calibration(
     levels = list(RESIDUAL_LEVELS)
     residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
     return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host,
-                       decode_offsets={str(k): v for k, v in offsets.items()})
+                       decode_offsets={str(k): v for k, v in offsets.items()},
+                       decode_scales={str(k): v for k, v in scales.items()})
 
 
 @dataclass(slots=True)
 class _Params:
-    """One fitted regime model: its terms (maybe with a hinge), coefficients, graph-size offsets."""
+    """One fitted regime model: its terms (maybe with a hinge or waves), coefficients, and the
+    decode fit's graph-size offsets and factors."""
 
     terms: list[str]
     coef: np.ndarray
     offsets: dict[int, float]
+    scales: dict[int, float] = field(default_factory=dict)
 
 
 class _RegimeModel:
     """Fits one regime's device model on a row mask of ``steps`` and predicts every row; the
     same procedure serves each cross-validation fold and the final fit (hinge or wave choice
-    and graph-size offsets included), so the error measures the whole procedure."""
+    and graph-size offsets and factors included), so the error measures the whole procedure."""
 
     def __init__(self, steps: pd.DataFrame, y: np.ndarray, terms: Sequence[str],
-                 rng: np.random.Generator, offsets: bool, hinge: bool, wave: bool = False) -> None:
+                 rng: np.random.Generator, offsets: bool, hinge: bool, wave: bool = False,
+                 scales: bool = False) -> None:
         self.steps, self.y, self.terms, self.rng = steps, y, list(terms), rng
-        self.offsets, self.hinge, self.wave = offsets, hinge, wave
+        self.offsets, self.hinge, self.wave, self.scales = offsets, hinge, wave, scales
         self._X: dict[tuple[str, ...], np.ndarray] = {}
 
     def matrix(self, terms: Sequence[str]) -> np.ndarray:
@@ -237,15 +245,16 @@ class _RegimeModel:
         terms = (_choose_wave(self, rows) if self.wave else
                  _choose_hinge(self, rows) if self.hinge else self.terms)
         if self.offsets:
-            coef, offsets = _fit_with_bucket_offsets(self.steps, self.y, rows, self.matrix(terms))
-            return _Params(terms, coef, offsets)
+            coef, offsets, scales = _fit_with_bucket_lines(self.steps, self.y, rows, self.matrix(terms), self.scales)
+            return _Params(terms, coef, offsets, scales)
         return _Params(terms, nnls_rows(self.matrix(terms), self.y, rows, relative=True), {})
 
     def predict(self, p: _Params) -> np.ndarray:
         g = self.matrix(p.terms) @ p.coef
-        if p.offsets:
+        if p.offsets or p.scales:
             pad = self.steps["padded_decodes"].to_numpy(np.int64)
-            g = g + np.array([p.offsets.get(int(b), 0.0) for b in pad])
+            g = g * np.array([p.scales.get(int(b), 1.0) for b in pad]) \
+                + np.array([p.offsets.get(int(b), 0.0) for b in pad])
         return g
 
 
@@ -301,26 +310,45 @@ def _choose_wave(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> l
     return with_wave(model.terms, best) if errs[best] < (1.0 - WAVE_MIN_GAIN) * err(None) else list(model.terms)
 
 
-def _fit_with_bucket_offsets(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, X: np.ndarray,
-                             min_rows: int = 20, rounds: int = 8) -> tuple[np.ndarray, dict[int, float]]:
-    """The decode fit on ``rows`` plus one additive offset per CUDA-graph batch size
-    (``padded_decodes``) with ``min_rows`` of those rows: the median residual of that size (the
-    offsets anchored at their own median), refitted ``rounds`` times (each graph size runs its
-    own kernels, so small sizes do not sit on one line). Returns (coef, {size: seconds})."""
+def _fit_with_bucket_lines(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray, X: np.ndarray,
+                           scales: bool = True, min_rows: int = 20, rounds: int = 8
+                           ) -> tuple[np.ndarray, dict[int, float], dict[int, float]]:
+    """The decode fit on ``rows`` with a line of its own per CUDA-graph batch size
+    (``padded_decodes``) that has ``min_rows`` of those rows: the fit scaled by that size's
+    factor plus its offset (each graph size runs its own kernels, so sizes do not sit on one
+    line, nor grow alike with the context). A size's factor is the relative least-squares slope
+    of its rows against the fit (within `SCALE_RANGE`; 1 where the fit varies by under
+    `SCALE_MIN_SPREAD` across them, or without ``scales``), its offset the median residual
+    after it; factors are anchored at their median and offsets at theirs, and the fit is redone
+    on the rows so adjusted, ``rounds`` times. Returns (coef, {size: seconds}, {size: factor})."""
     pad = steps["padded_decodes"].to_numpy(np.int64)
-    off = np.zeros(len(steps))
+    off, sc = np.zeros(len(steps)), np.ones(len(steps))
     offsets: dict[int, float] = {}
+    factors: dict[int, float] = {}
     coef = np.zeros(X.shape[1])
     for _ in range(rounds):
-        coef = nnls_rows(X, y - off, rows, relative=True)
-        resid = y - X @ coef
-        offsets = {int(b): float(np.median(resid[rows & (pad == b)])) for b in np.unique(pad[rows])
-                   if (rows & (pad == b)).sum() >= min_rows}
-        if offsets:  # anchored at their median, so that the line keeps the common part
+        coef = nnls_rows(X, (y - off) / sc, rows, relative=True)
+        g = X @ coef
+        offsets, factors = {}, {}
+        for b in np.unique(pad[rows]):
+            sel = rows & (pad == b)
+            if sel.sum() < min_rows:
+                continue
+            m = 1.0
+            if scales and np.ptp(g[sel]) > SCALE_MIN_SPREAD * float(np.mean(g[sel])):
+                w = 1.0 / np.maximum(y[sel], 1e-12)
+                A = np.column_stack([np.ones(int(sel.sum())), g[sel]]) * w[:, None]
+                m = float(np.clip(np.linalg.lstsq(A, y[sel] * w, rcond=None)[0][1], *SCALE_RANGE))
+            factors[int(b)] = m
+            offsets[int(b)] = float(np.median(y[sel] - m * g[sel]))
+        if offsets:  # anchored at their medians, so that the line keeps the common part
+            mid_m = float(np.median(list(factors.values())))
+            factors = {b: v / mid_m for b, v in factors.items()}
             mid = float(np.median(list(offsets.values())))
             offsets = {b: v - mid for b, v in offsets.items()}
         off = np.array([offsets.get(int(b), 0.0) for b in pad])
-    return coef, offsets
+        sc = np.array([factors.get(int(b), 1.0) for b in pad])
+    return coef, offsets, {b: v for b, v in factors.items() if v != 1.0}
 
 
 def span_error(steps: pd.DataFrame, tl: pd.DataFrame, rows: np.ndarray, device: np.ndarray,
@@ -378,10 +406,11 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
         if sel.any():
             fit = cal.regimes.get(name, cal.regimes["prefill"])
             g[sel] = fit_values(fit, steps.loc[sel])
-    if cal.decode_offsets:
+    if cal.decode_offsets or cal.decode_scales:
         sel = reg == "decode"
-        g[sel] += steps.loc[sel, "padded_decodes"].map(
-            lambda b: cal.decode_offsets.get(str(int(b)), 0.0)).to_numpy(np.float64)
+        pad = steps.loc[sel, "padded_decodes"]
+        g[sel] = g[sel] * pad.map(lambda b: cal.decode_scales.get(str(int(b)), 1.0)).to_numpy(np.float64) \
+            + pad.map(lambda b: cal.decode_offsets.get(str(int(b)), 0.0)).to_numpy(np.float64)
     if cal.host is None or not has_timeline(steps):
         return g
     graph = timeline_frame(steps)["graph"].to_numpy(bool)

@@ -44,16 +44,3 @@ def test_a_decode_case_decodes_its_whole_batch_together(tiny_model_dir):
     assert len(full) >= grid.decode_steps - 3  # the mixed steps hold the rest
     assert (full["decode_ctx"] >= 16 * 512).all() and (full["decode_unique_ctx"] == full["decode_ctx"]).all()
     eng.shutdown()
-
-
-def test_the_default_grid_decodes_batches_between_the_powers_of_two():
-    """Decode steps of 33-72 sequences at long contexts were missing from the grid (the fit then
-    only saw them at ~500 tokens, in replays): each size has a case at every grid context up to
-    2,048 tokens (larger ones exceed ``max_case_tokens`` at these sizes)."""
-    from twinserve.engine.profiler import ProfileGrid, grid_cases
-
-    grid = ProfileGrid()
-    cases, _ = grid_cases(grid, capacity_tokens=1_000_000, max_model_len=8192)
-    decode = {(c.seqs, c.ctx) for c in cases if c.kind == "decode"}
-    for bs in (24, 40, 48, 56, 64, 80, 96):
-        assert {(bs, ctx) for ctx in grid.decode_ctx if ctx <= 2048} <= decode

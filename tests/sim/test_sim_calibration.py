@@ -211,7 +211,9 @@ def test_decode_offsets_per_graph_size_are_fitted_and_applied_alike_to_one_or_ma
     line = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True, bucket_offsets=False)
     assert cal.decode_offsets and not line.decode_offsets
     # the line alone cannot follow the two graph sizes; line + offsets reproduces them exactly
-    assert line.regimes["decode"].mape > 1e-3 and cal.regimes["decode"].mape < 1e-9
+    assert line.regimes["decode"].mape > 1e-3 and cal.regimes["decode"].mape < 1e-7
+    # no size grows differently with the context here: every factor is 1 to within rounding
+    assert all(abs(v - 1.0) < 1e-5 for v in cal.decode_scales.values())
     model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
     feats = [BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                            decode_ctx=500 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=p, max_ctx=600)
@@ -224,3 +226,42 @@ def test_decode_offsets_per_graph_size_are_fitted_and_applied_alike_to_one_or_ma
         want = (t["1"] + t["num_seqs"] * f.num_seqs + t["decode_ctx"] * f.decode_ctx
                 + t["padded_decodes"] * f.padded_decodes + bump.get(f.padded_decodes, 0.0))
         assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_decode_factors_per_graph_size_follow_sizes_that_grow_at_their_own_rate(tmp_path: Path) -> None:
+    """Two graph sizes whose time grows 1.6x and 0.7x as fast as the line with the context: the
+    offsets alone cannot follow them, a factor per size does; the cost model applies ``fit *
+    factor + offset`` alike to one step or many, and ``bucket_scales=False`` is the old fit."""
+    from twinserve.core.batch import BatchFeatures
+    from twinserve.simulator.cost.base import FeatureColumns
+
+    steps = synthetic_steps(4500, 5)
+    rate = {8: 1.6, 16: 0.7}
+    dec = steps["num_prefills"] == 0
+    t = TRUE["decode"]
+    ctx_part = t["decode_ctx"] * steps["decode_ctx"]
+    extra = (steps["padded_decodes"].map(lambda b: rate.get(int(b), 1.0)) - 1.0) * ctx_part
+    steps["duration"] = steps["duration"] + extra.where(dec, 0.0)
+    prov = Provenance("h200", "llama3-8b", 1)
+    cal = fit_calibration(steps, prov, overlap=True)
+    old = fit_calibration(steps, prov, overlap=True, bucket_scales=False)
+    assert not old.decode_scales and old.decode_offsets
+    assert cal.regimes["decode"].mape < 0.5 * old.regimes["decode"].mape
+    sc = {int(k): v for k, v in cal.decode_scales.items()}
+    assert sc[8] > 1.2 and sc[16] < 0.9
+    again = Calibration.load(cal.save(tmp_path / "c.json"))
+    assert again.decode_scales == cal.decode_scales
+    model = COST_MODELS.create("calibrated", calibration=tmp_path / "c.json")
+    feats = [BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                           decode_ctx=c * b, prefill_ctx=0, prefill_attn=0, padded_decodes=p, max_ctx=c)
+             for b, p, c in [(8, 8, 300), (8, 8, 3000), (13, 16, 2000), (30, 32, 900)]]
+    one = [model.step_time(f) for f in feats]
+    assert list(model.step_times(FeatureColumns(feats))) == one  # bit for bit, as fast-forward needs
+    for f, got in zip(feats, one):  # the generating line with its size's rate on the context
+        want = (t["1"] + t["num_seqs"] * f.num_seqs + t["decode_ctx"] * f.decode_ctx * rate.get(f.padded_decodes, 1.0)
+                + t["padded_decodes"] * f.padded_decodes)
+        assert got == pytest.approx(want, rel=0.03)
+    # an older file without factors reads as factors of 1
+    d = cal.to_dict()
+    d.pop("decode_scales")
+    assert Calibration.from_dict(d).decode_scales == {}
