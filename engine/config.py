@@ -41,7 +41,8 @@ class EngineConfig:
       ``kernels``: "auto" (same rule), "torch", "flashinfer" for norm/RoPE/SiLU.
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
-      for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them).
+      for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
+      not to pay on the H200 host, engine/README.md).
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).
     - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
