@@ -106,8 +106,8 @@ def fit_calibration(
     ``cpu_s`` column fits the plain host-time model. ``bucket_offsets``: the decode fit also
     gets one additive offset per CUDA-graph batch size, and with ``bucket_scales`` one factor
     (`_fit_with_bucket_lines`, stored as ``decode_offsets`` and ``decode_scales``). With the
-    engine's timeline (and ``overlap``), device work is read off it and the host parts are fitted first (`host_fit.fit_host`); with ``episodes``, eager
-    steps it finds in slow-host episodes are left out of the device fits and errors (their
+    engine's timeline (and ``overlap``), device work is read off it and the host parts are
+    fitted first (`host_fit.fit_host`); with ``episodes``, eager steps it finds in slow-host episodes are left out of the device fits and errors (their
     spans may be paced by the slow host), unless their span exceeds ``DEVICE_BOUND_RATIO``
     times their launch. Without explicit ``terms``, the prefill and mixed fits model the dense
     layers by ``dense`` (`DENSE_MODELS`: "hinge", a hinge on ``padded_tokens`` chosen inside
