@@ -95,28 +95,29 @@ def fit_calibration(
     episodes: bool = True,
     dense: str = "hinge",
 ) -> Calibration:
-    """Fit one linear model per regime to the device time of ``steps`` (one row per step with
-    the ``BatchFeatures`` columns, as ``StepRecord.as_row`` writes them, and ``duration``).
+    """Fit one linear model per regime to the device time of ``steps`` (one row per step with the
+    ``BatchFeatures`` columns, as ``StepRecord.as_row`` writes them, and ``duration``).
 
-    Coefficients are non-negative least squares on relative error (rows weighted by
-    1/duration) over all of a regime's usable rows; ``mape`` is the 5-fold cross-validated
-    error (`linear` module), of the device span when the rows carry the engine's timeline
-    (`span_error`). A regime with fewer than ``min_rows`` rows is skipped; "decode" and
-    "prefill" must both be present. Residual quantiles are of measured / predicted. A non-zero
-    ``cpu_s`` column fits the plain host-time model. ``bucket_offsets``: the decode fit also
-    gets one additive offset per CUDA-graph batch size, and with ``bucket_scales`` one factor
-    (`_fit_with_bucket_lines`, stored as ``decode_offsets`` and ``decode_scales``). With the
-    engine's timeline (and ``overlap``), device work is read off it and the host parts are
-    fitted first (`host_fit.fit_host`); with ``episodes``, eager steps it finds in slow-host episodes are left out of the device fits and errors (their
-    spans may be paced by the slow host), unless their span exceeds ``DEVICE_BOUND_RATIO``
-    times their launch. Without explicit ``terms``, the prefill and mixed fits model the dense
-    layers by ``dense`` (`DENSE_MODELS`: "hinge", a hinge on ``padded_tokens`` chosen inside
-    each fold, `_choose_hinge`; "curve", the piecewise-linear `DENSE_CURVE`), and the decode
-    and mixed fits get ``decode_unique_ctx`` beside ``decode_ctx`` when the profile
-    has steps whose decodes share KV pages (`shares_kv`): a shared page costs its first read
-    at ``decode_ctx + decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s;
-    and the decode fit reads those terms in decode waves of a size chosen inside each fold
-    (`_choose_wave`; `calibration.wave_padded`) when one lowers the held-out error enough.
+    Coefficients are non-negative least squares on relative error (rows weighted by 1/duration)
+    over all of a regime's usable rows; ``mape`` is the 5-fold cross-validated error (`linear`
+    module), of the device span when the rows carry the engine's timeline (`span_error`). A
+    regime with fewer than ``min_rows`` rows is skipped; "decode" and "prefill" must both be
+    present. Residual quantiles are of measured / predicted. A non-zero ``cpu_s`` column fits
+    the plain host-time model. ``bucket_offsets``: the decode fit also gets one additive offset
+    per CUDA-graph batch size, and with ``bucket_scales`` one factor (`_fit_with_bucket_lines`,
+    stored as ``decode_offsets`` and ``decode_scales``). With the engine's timeline (and
+    ``overlap``), device work is read off it and the host parts are fitted first
+    (`host_fit.fit_host`); with ``episodes``, eager steps it finds in slow-host episodes are
+    left out of the device fits and errors (their spans may be paced by the slow host), unless
+    their span exceeds ``DEVICE_BOUND_RATIO`` times their launch. Without explicit ``terms``,
+    the prefill and mixed fits model the dense layers by ``dense`` (`DENSE_MODELS`: "hinge", a
+    hinge on ``padded_tokens`` chosen inside each fold, `_choose_hinge`; "curve", the
+    piecewise-linear `DENSE_CURVE`), and the decode and mixed fits get ``decode_unique_ctx``
+    beside ``decode_ctx`` when the profile has steps whose decodes share KV pages (`shares_kv`):
+    a shared page costs its first read at ``decode_ctx + decode_unique_ctx`` coefficients, every
+    further read at ``decode_ctx``'s; and the decode fit reads those terms in decode waves of a
+    size chosen inside each fold (`_choose_wave`; `calibration.wave_padded`) when one lowers the
+    held-out error enough.
     """
     if dense not in DENSE_MODELS:
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
