@@ -9,7 +9,9 @@ import numpy as np
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
-from twinserve.simulator.cost.calibration import WAVE_COUNT, Calibration, LinearFit, factor_value, term_factors
+from twinserve.simulator.cost.calibration import (
+    WAVE_COUNT, Calibration, LinearFit, SizeTable, factor_value, term_factors,
+)
 
 
 class _Linear:
@@ -60,30 +62,6 @@ def _by_regime(x: Any, mx: Max, decode: Callable[[], Any], prefill: Callable[[],
             + mixed() * (any_prefill * any_decode))
 
 
-class _SizeTable:
-    """A calibration's per-graph-size decode values (offsets or factors) with a ``default`` for
-    sizes it does not list, looked up for one size or, vectorised, for an array of them (the
-    fast-forward columns): ``table(padded)`` is ``values.get(padded, default)`` either way.
-    Falsy when it lists no size."""
-
-    def __init__(self, values: dict[int, float], default: float) -> None:
-        self.values, self.default = values, float(default)
-        top = max(values, default=0)
-        self._arr = np.full(top + 2, self.default)  # the last slot: every size above the table
-        for b, v in values.items():
-            if b >= 0:
-                self._arr[b] = v
-
-    def __bool__(self) -> bool:
-        return bool(self.values)
-
-    def __call__(self, padded: Any) -> Any:
-        if isinstance(padded, np.ndarray):
-            idx = np.clip(padded.astype(np.int64), 0, len(self._arr) - 1)
-            return self._arr[idx]
-        return self.values.get(int(padded), self.default)
-
-
 @COST_MODELS.register("calibrated")
 class CalibratedCostModel(CostModel):
     """Per-regime linear models read from a ``Calibration`` (see calibration.py for the format).
@@ -109,8 +87,8 @@ class CalibratedCostModel(CostModel):
         self._device = {"decode": _Linear(cal.regimes["decode"]), "prefill": _Linear(prefill),
                         "mixed": _Linear(cal.regimes.get("mixed", prefill))}
         self._min = float(min_step_s)
-        self._offsets = _SizeTable({int(k): float(v) for k, v in cal.decode_offsets.items()}, 0.0)
-        self._scales = _SizeTable({int(k): float(v) for k, v in cal.decode_scales.items()}, 1.0)
+        self._offsets = SizeTable(cal.decode_offsets, 0.0)
+        self._scales = SizeTable(cal.decode_scales, 1.0)
         h = cal.host
         self._cpu_fit = _Linear(cal.cpu)
         self._host: dict[str, _Linear] = {}

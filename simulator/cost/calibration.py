@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -224,6 +224,32 @@ class Residuals:
         if any(b < a for a, b in zip(self.levels, self.levels[1:])) or \
                 any(b < a for a, b in zip(self.ratio, self.ratio[1:])):
             raise ValueError("residual levels and ratios must be non-decreasing")
+
+
+class SizeTable:
+    """Per-CUDA-graph-batch-size values of a decode fit (``decode_offsets`` or
+    ``decode_scales``, keys as stored or as ints) with a ``default`` for sizes it does not list,
+    looked up for one size or, vectorised, for an array of them (fit rows, fast-forward
+    columns): ``table(padded)`` is ``values.get(padded, default)`` either way. Falsy when it
+    lists no size."""
+
+    def __init__(self, values: Mapping[Any, float], default: float) -> None:
+        self.values = {int(k): float(v) for k, v in values.items()}
+        self.default = float(default)
+        top = max(self.values, default=0)
+        self._arr = np.full(top + 2, self.default)  # the last slot: every size above the table
+        for b, v in self.values.items():
+            if b >= 0:
+                self._arr[b] = v
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def __call__(self, padded: Any) -> Any:
+        if isinstance(padded, np.ndarray):
+            idx = np.clip(padded.astype(np.int64), 0, len(self._arr) - 1)
+            return self._arr[idx]
+        return self.values.get(int(padded), self.default)
 
 
 @dataclass(slots=True)

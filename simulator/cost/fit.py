@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import (
-    Calibration, CpuFit, LinearFit, Provenance, Residuals, check_terms,
+    Calibration, CpuFit, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
@@ -254,8 +254,7 @@ class _RegimeModel:
         g = self.matrix(p.terms) @ p.coef
         if p.offsets or p.scales:
             pad = self.steps["padded_decodes"].to_numpy(np.int64)
-            g = g * np.array([p.scales.get(int(b), 1.0) for b in pad]) \
-                + np.array([p.offsets.get(int(b), 0.0) for b in pad])
+            g = g * SizeTable(p.scales, 1.0)(pad) + SizeTable(p.offsets, 0.0)(pad)
         return g
 
 
@@ -347,8 +346,7 @@ def _fit_with_bucket_lines(steps: pd.DataFrame, y: np.ndarray, rows: np.ndarray,
             factors = {b: v / mid_m for b, v in factors.items()}
             mid = float(np.median(list(offsets.values())))
             offsets = {b: v - mid for b, v in offsets.items()}
-        off = np.array([offsets.get(int(b), 0.0) for b in pad])
-        sc = np.array([factors.get(int(b), 1.0) for b in pad])
+        off, sc = SizeTable(offsets, 0.0)(pad), SizeTable(factors, 1.0)(pad)
     return coef, offsets, {b: v for b, v in factors.items() if v != 1.0}
 
 
@@ -409,9 +407,8 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
             g[sel] = fit_values(fit, steps.loc[sel])
     if cal.decode_offsets or cal.decode_scales:
         sel = reg == "decode"
-        pad = steps.loc[sel, "padded_decodes"]
-        g[sel] = g[sel] * pad.map(lambda b: cal.decode_scales.get(str(int(b)), 1.0)).to_numpy(np.float64) \
-            + pad.map(lambda b: cal.decode_offsets.get(str(int(b)), 0.0)).to_numpy(np.float64)
+        pad = steps.loc[sel, "padded_decodes"].to_numpy()
+        g[sel] = g[sel] * SizeTable(cal.decode_scales, 1.0)(pad) + SizeTable(cal.decode_offsets, 0.0)(pad)
     if cal.host is None or not has_timeline(steps):
         return g
     graph = timeline_frame(steps)["graph"].to_numpy(bool)
