@@ -126,6 +126,8 @@ def build_engine(args: argparse.Namespace, **over: Any) -> Engine:
         kw.update(tp_size=args.tp, tp_cuda_graphs=args.tp_cuda_graphs)
     if args.decode_tensor_cores != "auto":
         kw["decode_tensor_cores"] = args.decode_tensor_cores == "on"
+    if args.no_fast_plan:
+        kw["fast_plan"] = False
     kw.update(over)
     return Engine(EngineConfig(**kw))
 
@@ -165,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--cache", default="radix")
     ap.add_argument("--decode-tensor-cores", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--no-fast-plan", action="store_true",
+                    help="FlashInfer's plans scan host tensors with the builtin max (EngineConfig.fast_plan)")
     ap.add_argument("--variants", action="store_true",
                     help="after the timed runs, one run without overlap and one without CUDA graphs")
     ap.add_argument("--decode", action="store_true", help="also run the decode micro-benchmark")
@@ -199,12 +203,13 @@ def main(argv: list[str] | None = None) -> None:
                  "cuda_graphs": gr, "temperature": args.temperature,
                  "num_pages": eng.sched_config.num_pages, "page_size": args.page_size,
                  "decode_tensor_cores": getattr(eng.attn, "tensor_cores", None),
-                 "max_tokens": args.max_tokens, "tp": args.tp}
+                 "max_tokens": args.max_tokens, "tp": args.tp,
+                 "fast_plan": getattr(eng.attn, "fast_plan", None)}
             r.update(phase_times(eng.steps[-nsteps:]))
             results.append(r)
             print(f"offline {label} tp={args.tp} run {k}: {tok} output tokens in {s:.2f} s = {tok / s:,.0f} tok/s "
                   f"({nsteps} steps, overlap={r['overlap']}, graphs={r['cuda_graphs']}, page={args.page_size}, "
-                  f"tc={r['decode_tensor_cores']}; device s: prefill {r['prefill_s']:.2f} in "
+                  f"tc={r['decode_tensor_cores']}, fast_plan={r['fast_plan']}; device s: prefill {r['prefill_s']:.2f} in "
                   f"{r['prefill_steps']} steps, decode {r['decode_s']:.2f}; host cpu {r['host_cpu_s']:.2f})")
     if args.decode:
         eng.set_mode(overlap=eng.cfg.overlap is not False and eng.device.type == "cuda",

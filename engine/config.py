@@ -40,6 +40,8 @@ class EngineConfig:
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
       ``kernels``: "auto" (same rule), "torch", "flashinfer" for norm/RoPE/SiLU.
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
+    - ``fast_plan``: FlashInfer's plans find the longest lengths by one tensor reduction instead
+      of a Python scan per element (`engine.attention.host_max`; same plans, less host time).
     - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
       for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
       not to pay on the H200 host, engine/README.md).
@@ -78,6 +80,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     kernels: str = "auto"
     decode_tensor_cores: bool | None = None
+    fast_plan: bool = True
     seed: int = 0
     tp_size: int = 1
     tp_timeout_s: float = 300.0

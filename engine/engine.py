@@ -325,12 +325,12 @@ class Engine:
 
     def _output(self, req: Req, finished: bool) -> StepOutput:
         done = self._reported.get(req.rid, 0)
-        outs = req.output_ids[done:]
-        holes = np.flatnonzero(outs == PLACEHOLDER)
-        new = outs[: holes[0]] if holes.size else outs
+        new = req.output_ids[done:].tolist()  # a list scan: a step adds a token or two per request
+        if PLACEHOLDER in new:
+            new = new[: new.index(PLACEHOLDER)]
         if finished:
             self._reported.pop(req.rid, None)
         else:
             self._reported[req.rid] = done + len(new)
-        return StepOutput(req.rid, new.tolist(), finished, req.finish_reason if finished else None,
+        return StepOutput(req.rid, new, finished, req.finish_reason if finished else None,
                           req.prompt_len, req.num_cached)

@@ -106,6 +106,7 @@ class RankExecutor:
         kw: dict[str, Any] = {}
         if attn_name == "flashinfer":
             kw["decode_tensor_cores"] = cfg.decode_tensor_cores
+            kw["fast_plan"] = cfg.fast_plan
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
                                   use_graphs=graphs,

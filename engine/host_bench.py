@@ -151,12 +151,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--cpu-chase", choices=("off", "on", "alternate"), default="off",
                     help="keep the host thread on a fast vCPU (EngineConfig.cpu_chase); alternate: on in even repeats")
+    ap.add_argument("--no-fast-plan", action="store_true",
+                    help="FlashInfer's plans scan host tensors with the builtin max (EngineConfig.fast_plan)")
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
                        piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs,
-                       hybrid_decode_heavy=not args.no_decode_heavy, cpu_chase=args.cpu_chase != "off")
+                       hybrid_decode_heavy=not args.no_decode_heavy, cpu_chase=args.cpu_chase != "off",
+                       fast_plan=not args.no_fast_plan)
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []
@@ -172,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
         for st in stats:
             print(f"repeat {k}: {st.line()}{where}")
             rows.append({"model": args.model or args.shape, "repeat": k, "decodes": args.decodes,
-                         "prompt": args.prompt, "cpu_chase": chasing, **asdict(st)})
+                         "prompt": args.prompt, "cpu_chase": chasing, "fast_plan": not args.no_fast_plan,
+                         **asdict(st)})
         if table:
             print(table)
     append_jsonl(args.json, rows)

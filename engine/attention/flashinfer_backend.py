@@ -58,15 +58,24 @@ class FlashInferAttention:
 
     Contract of ``AttentionBackend``; ``plan``/``plan_graph`` take host arrays and copy them to
     the device on the current stream, so they are ordered after any step already enqueued.
+    ``fast_plan`` (default) binds `host_max.tensor_max` into FlashInfer's plan modules (their
+    longest-length scans of host tensors, 1.1 ms of a 33-sequence prefill plan, become one
+    reduction; process-wide); False restores the builtin.
     """
 
     name = "flashinfer"
     supports_cuda_graphs = True
 
-    def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None) -> None:
+    def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None,
+                 fast_plan: bool = True) -> None:
         import flashinfer
 
+        from twinserve.engine.attention import host_max
+
         self._fi = flashinfer
+        # the plans' scans of host tensors by one reduction each (process-wide; host_max.py)
+        (host_max.install if fast_plan else host_max.uninstall)(flashinfer)
+        self.fast_plan = fast_plan
         self.spec = spec
         self.pool = spec.pool
         dev = self.pool.device

@@ -191,3 +191,25 @@ def test_gpu_seeded_sampling_reproducible(tiny_model_dir):
     c = llm.generate([p], SamplingParams(temperature=1.0, max_tokens=20, seed=99, ignore_eos=True),
                      use_tqdm=False)[0].token_ids
     assert a == b and a != c
+
+
+@pytest.mark.parametrize("shape", ["llama", "qwen3"])
+def test_gpu_fast_plan_gives_the_same_tokens(shape, tiny_model_dir):
+    """`EngineConfig.fast_plan` only changes how FlashInfer's plans find the longest lengths:
+    chunked prefills, mixed steps, token graphs and graph decodes (tensor-core ones for llama)
+    emit the same greedy tokens with the builtin scan and with the reduction."""
+    import flashinfer
+
+    from twinserve.engine.attention.host_max import tensor_max
+
+    d = tiny_model_dir(GPU_SHAPES[shape])
+    prompts = random_prompts((5, 17, 40, 63, 100, 300), seed=2)
+    outs = {}
+    for fast in (False, True):
+        llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=512, max_graph_bs=16, fast_plan=fast,
+                  scheduler={"chunk_size": 64, "max_num_batched_tokens": 96})
+        assert (flashinfer.prefill.__dict__.get("max") is tensor_max) == fast
+        assert (flashinfer.decode.__dict__.get("max") is tensor_max) == fast
+        outs[fast] = [o.token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
+        assert any(r.features.num_prefills and r.features.num_decodes for r in llm.engine.steps)
+    assert outs[True] == outs[False]
