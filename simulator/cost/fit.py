@@ -22,12 +22,17 @@ from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_tim
 # computes a tile of rows over each decode's context: its decode context gets a term of its own.
 # An attention kernel over sequences of unequal context runs at least as long as its longest
 # sequence's work takes (the last tiles over the longest KV): prefill and mixed steps get
-# ``max_ctx`` beside the sums.
+# ``max_ctx`` beside the sums. A step that runs with no CUDA graph at all (``eager_step``: above
+# the token graphs' largest size) runs other kernels (unfused, FlashInfer's plan without graph
+# mode), one launch gap after another: its own constant, per-sequence and attention terms.
+EAGER_TERMS: tuple[str, ...] = ("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
+                                "eager_step*decode_ctx")
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
-    "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx"),
+    "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx",
+                *EAGER_TERMS[:3]),
     "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx",
-              "wide_tiles*decode_ctx", "max_ctx"),
+              "wide_tiles*decode_ctx", "max_ctx", *EAGER_TERMS),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # How the default terms model the dense layers' time against their rows (``padded_tokens``) in

@@ -22,6 +22,10 @@ TRUE = {
     "mixed": {"1": 6e-3, "num_seqs": 1e-5, "padded_tokens": 6e-5, "prefill_attn": 2e-10,
               "prefill_ctx": 0.0, "decode_ctx": 3e-9, "max_ctx": 0.0},
 }
+# the eager steps' own terms (`cost.fit.EAGER_TERMS`): none in this model, so fitted at 0
+EAGER_ZERO = {"prefill": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn"), 0.0),
+              "mixed": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
+                                      "eager_step*decode_ctx"), 0.0)}
 
 
 def synthetic_steps(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
@@ -50,16 +54,49 @@ def synthetic_steps(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
 
 
 def test_fit_recovers_known_coefficients() -> None:
-    cal = fit_calibration(synthetic_steps(900, 0), Provenance("h200", "llama3-8b", 1), overlap=True)
+    # without the engine's graph_tokens every step would read as eager: mark only those above the
+    # token graphs (dense_layers), so that the eager terms are told apart from the shared ones
+    cal = fit_calibration(_eager_marked(synthetic_steps(900, 0)), Provenance("h200", "llama3-8b", 1), overlap=True)
     for regime, coefs in TRUE.items():
         fit = cal.regimes[regime]
         got = dict(zip(fit.terms, fit.coef))
-        for term, c in coefs.items():
+        for term, c in {**coefs, **EAGER_ZERO.get(regime, {})}.items():
             assert got[term] == pytest.approx(c, rel=1e-6, abs=1e-15), (regime, term)
         assert fit.mape < 1e-9 and fit.n == 300 and fit.n_test == 300  # every row is held out once (5 folds)
     cpu = dict(zip(cal.cpu.terms, cal.cpu.coef))
     assert cpu["1"] == pytest.approx(2e-4) and cpu["num_seqs"] == pytest.approx(3e-6)
     assert cal.residuals.ratio[0] == pytest.approx(1.0) and cal.residuals.ratio[-1] == pytest.approx(1.0)
+
+
+def _eager_marked(steps: pd.DataFrame) -> pd.DataFrame:
+    return steps.assign(eager_step=[int(dense_layers(t, d, p == 0)[1]) for t, d, p in
+                                    zip(steps["new_tokens"], steps["num_decodes"], steps["num_prefills"])])
+
+
+def test_eager_steps_get_terms_of_their_own() -> None:
+    """Steps with no CUDA graph (`eager_step`) that cost a constant, a per-sequence and an
+    attention share more than the model of the graph steps: the eager terms take exactly that,
+    the shared terms stay as they were, and every row is predicted (out of fold) exactly; the
+    terms of the graph steps alone cannot follow them."""
+    from twinserve.simulator.cost.fit import DEFAULT_TERMS, EAGER_TERMS
+
+    steps = _eager_marked(synthetic_steps(1200, 4))
+    eager = steps["eager_step"].to_numpy() == 1
+    extra = 3e-3 + 2e-5 * steps["num_seqs"] + 1e-10 * steps["prefill_attn"]
+    steps.loc[eager, "duration"] += extra[eager]
+    assert 50 < eager.sum() < 700
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1))
+    for regime in ("prefill", "mixed"):
+        fit = cal.regimes[regime]
+        got = dict(zip(fit.terms, fit.coef))
+        assert got["eager_step"] == pytest.approx(3e-3, rel=1e-6)
+        assert got["eager_step*num_seqs"] == pytest.approx(2e-5, rel=1e-6)
+        assert got["eager_step*prefill_attn"] == pytest.approx(1e-10, rel=1e-6)
+        assert got["prefill_attn"] == pytest.approx(2e-10, rel=1e-6) and got["1"] == pytest.approx(TRUE[regime]["1"])
+        assert fit.mape < 1e-9
+    plain = {k: tuple(t for t in v if t not in EAGER_TERMS) for k, v in DEFAULT_TERMS.items()}
+    without = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), terms=plain)
+    assert without.regimes["prefill"].mape > 1e-3 and without.regimes["mixed"].mape > 1e-3
 
 
 def test_fit_reports_cross_validated_error_and_residual_spread() -> None:
