@@ -39,7 +39,6 @@ def tensor_max(*args: Any, **kwargs: Any) -> Any:
     return builtins.max(*args, **kwargs)
 
 
-
 def _modules(package: ModuleType, names: Iterable[str]) -> list[ModuleType]:
     out = []
     for name in names:

@@ -25,14 +25,14 @@ from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_tim
 # ``max_ctx`` beside the sums. A step that runs with no CUDA graph at all (``eager_step``: above
 # the token graphs' largest size) runs other kernels (unfused, FlashInfer's plan without graph
 # mode), one launch gap after another: its own constant, per-sequence and attention terms.
-EAGER_TERMS: tuple[str, ...] = ("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
-                                "eager_step*decode_ctx")
+EAGER_TERMS: tuple[str, ...] = ("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn")
+EAGER_DECODE_TERM = "eager_step*decode_ctx"  # mixed steps: the eager attention over the decodes
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
     "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx",
-                *EAGER_TERMS[:3]),
+                *EAGER_TERMS),
     "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx",
-              "wide_tiles*decode_ctx", "max_ctx", *EAGER_TERMS),
+              "wide_tiles*decode_ctx", "max_ctx", *EAGER_TERMS, EAGER_DECODE_TERM),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # How the default terms model the dense layers' time against their rows (``padded_tokens``) in
@@ -117,10 +117,11 @@ def fit_calibration(
     their span exceeds ``DEVICE_BOUND_RATIO`` times their launch. Without explicit ``terms``,
     the prefill and mixed fits model the dense layers by ``dense`` (`DENSE_MODELS`: "hinge", a
     hinge on ``padded_tokens`` chosen inside each fold, `_choose_hinge`; "curve", the
-    piecewise-linear `DENSE_CURVE`), and the decode and mixed fits get ``decode_unique_ctx``
-    beside ``decode_ctx`` when the profile has steps whose decodes share KV pages (`shares_kv`):
-    a shared page costs its first read at ``decode_ctx + decode_unique_ctx`` coefficients, every
-    further read at ``decode_ctx``'s; and the decode fit reads those terms in decode waves of a
+    piecewise-linear `DENSE_CURVE`) and give steps with no CUDA graph (``eager_step``) terms of
+    their own (`EAGER_TERMS`, `EAGER_DECODE_TERM`), and the decode and mixed fits get
+    ``decode_unique_ctx`` beside ``decode_ctx`` when the profile has steps whose decodes share
+    KV pages (`shares_kv`): a shared page costs its first read at ``decode_ctx +
+    decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s; and the decode fit reads those terms in decode waves of a
     size chosen inside each fold (`_choose_wave`; `calibration.wave_padded`) when one lowers the
     held-out error enough.
     """
