@@ -121,9 +121,9 @@ def fit_calibration(
     their own (`EAGER_TERMS`, `EAGER_DECODE_TERM`), and the decode and mixed fits get
     ``decode_unique_ctx`` beside ``decode_ctx`` when the profile has steps whose decodes share
     KV pages (`shares_kv`): a shared page costs its first read at ``decode_ctx +
-    decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s; and the decode fit reads those terms in decode waves of a
-    size chosen inside each fold (`_choose_wave`; `calibration.wave_padded`) when one lowers the
-    held-out error enough.
+    decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s; and the decode fit
+    reads those terms in decode waves of a size chosen inside each fold (`_choose_wave`;
+    `calibration.wave_padded`) when one lowers the held-out error enough.
     """
     if dense not in DENSE_MODELS:
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
