@@ -125,7 +125,8 @@ class _Suite:
         ctx = RunContext(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]), self.out, False)
         eng = Engine(engine_config(ctx))
         self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
-                  overlap=bool(eng.overlap), device=str(eng.device), cpu_chase=eng.chaser is not None)
+                  overlap=bool(eng.overlap), device=str(eng.device), cpu_chase=eng.chaser is not None,
+                  fast_plan=getattr(eng.attn, "fast_plan", None))
         return eng
 
     def host_probe(self, eng: Any, after: str) -> None:

@@ -19,7 +19,7 @@ from twinserve.core.config import SchedulerConfig
 from twinserve.server.config import ServerConfig
 
 _ENGINE_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
-                "cpu_kv_tokens", "cpu_chase")
+                "cpu_kv_tokens", "cpu_chase", "fast_plan")
 
 
 def conf_dir() -> str:

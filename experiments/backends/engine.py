@@ -85,6 +85,6 @@ def engine_config(ctx: RunContext) -> Any:
         memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
         seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
         **no_nulls({k: b.get(k) for k in ("device", "dtype", "cuda_graphs", "overlap",
-                                         "attention_backend", "cpu_kv_tokens", "cpu_chase")}),
+                                         "attention_backend", "cpu_kv_tokens", "cpu_chase", "fast_plan")}),
     )
     return ecfg

@@ -156,8 +156,10 @@ def test_engine_config_from_passes_the_backend_engine_keys() -> None:
     from twinserve.server.hydra_config import engine_config_from
 
     cfg = {"model": {"path": "/m"}, "scheduler": {"name": "fcfs", "max_running": 8}, "memory": {"name": "on_demand"},
-           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_chase": True, "overlap": None}}
+           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_chase": True, "overlap": None,
+                                                   "fast_plan": False}}
     e = engine_config_from(cfg)
     assert (e.model, e.device, e.cpu_chase, e.overlap, e.scheduler["max_running"]) == ("/m", "cpu", True, None, 8)
+    assert e.fast_plan is False
     cfg["backend"] = {}
-    assert engine_config_from(cfg).cpu_chase is False
+    assert engine_config_from(cfg).cpu_chase is False and engine_config_from(cfg).fast_plan is True
