@@ -145,6 +145,13 @@ def add_token_graph_args(ap: argparse.ArgumentParser) -> None:
                     help="hybrid: decode-heavy steps of > 32 sequences take the pieces (EngineConfig.hybrid_decode_heavy)")
 
 
+def add_fast_plan_arg(ap: argparse.ArgumentParser) -> None:
+    """``--no-fast-plan`` (`EngineConfig.fast_plan` off), for this CLI and the others that build
+    an engine."""
+    ap.add_argument("--no-fast-plan", action="store_true",
+                    help="FlashInfer's plans scan host tensors with the builtin max (EngineConfig.fast_plan)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="qwen3-0.6b")
@@ -167,8 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--cache", default="radix")
     ap.add_argument("--decode-tensor-cores", choices=["auto", "on", "off"], default="auto")
-    ap.add_argument("--no-fast-plan", action="store_true",
-                    help="FlashInfer's plans scan host tensors with the builtin max (EngineConfig.fast_plan)")
+    add_fast_plan_arg(ap)
     ap.add_argument("--variants", action="store_true",
                     help="after the timed runs, one run without overlap and one without CUDA graphs")
     ap.add_argument("--decode", action="store_true", help="also run the decode micro-benchmark")

@@ -31,7 +31,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
-from twinserve.engine.bench import add_token_graph_args, append_jsonl, build_engine, engine_args
+from twinserve.engine.bench import add_fast_plan_arg, add_token_graph_args, append_jsonl, build_engine, engine_args
 from twinserve.engine.engine import Engine
 
 COLUMNS = ("launch_s", "launch_cpu_s", "sched_s", "complete_s", "post_s", "duration", "period_s")
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
     ap.add_argument("--cpu-chase", choices=("off", "on", "alternate"), default="off",
                     help="keep the host thread on a fast vCPU (EngineConfig.cpu_chase); alternate: on in even repeats")
-    ap.add_argument("--no-fast-plan", action="store_true",
-                    help="FlashInfer's plans scan host tensors with the builtin max (EngineConfig.fast_plan)")
+    add_fast_plan_arg(ap)
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
     t = time.perf_counter()

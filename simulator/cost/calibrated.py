@@ -10,7 +10,7 @@ import numpy as np
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
 from twinserve.simulator.cost.calibration import (
-    WAVE_COUNT, Calibration, LinearFit, SizeTable, factor_value, term_factors,
+    WAVE_COUNT, Calibration, LinearFit, factor_value, term_factors,
 )
 
 
@@ -87,8 +87,7 @@ class CalibratedCostModel(CostModel):
         self._device = {"decode": _Linear(cal.regimes["decode"]), "prefill": _Linear(prefill),
                         "mixed": _Linear(cal.regimes.get("mixed", prefill))}
         self._min = float(min_step_s)
-        self._offsets = SizeTable(cal.decode_offsets, 0.0)
-        self._scales = SizeTable(cal.decode_scales, 1.0)
+        self._lines = cal.decode_lines()
         h = cal.host
         self._cpu_fit = _Linear(cal.cpu)
         self._host: dict[str, _Linear] = {}
@@ -100,11 +99,7 @@ class CalibratedCostModel(CostModel):
         self._graph_launch = self._host["launch/decode"] if h is not None and h.sync_graph else None
 
     def _decode_gpu(self, x: Any, mx: Max) -> Any:
-        decode = self._device["decode"](x, mx)
-        if self._scales:
-            decode = decode * self._scales(x.padded_decodes)
-        if self._offsets:
-            decode = decode + self._offsets(x.padded_decodes)
+        decode = self._lines(self._device["decode"](x, mx), x.padded_decodes)
         if self._graph_launch is not None:  # graph launches wait for the device: they add up,
             graph = 0.0 - mx(0.0 - x.padded_decodes, -1.0)  # less the work after the replay
             launch = mx(self._graph_launch(x, mx) - self._host["post"](x, mx), 0.0)
@@ -120,7 +115,7 @@ class CalibratedCostModel(CostModel):
         """The regime's device fit alone (no launch folded in), floored at ``min_step_s``."""
         t = float(self._device[regime](FeatureScalars(f), max))
         if regime == "decode":
-            t = t * self._scales(f.padded_decodes) + self._offsets(f.padded_decodes)
+            t = self._lines(t, f.padded_decodes)
         return max(t, self._min)
 
     def _cpu(self, x: Any, mx: Max) -> Any:

@@ -252,6 +252,26 @@ class SizeTable:
         return self.values.get(int(padded), self.default)
 
 
+class DecodeLines:
+    """The decode fit's own line per CUDA-graph batch size: a step's fitted time ``g`` becomes
+    ``g * factor + offset`` of its ``padded_decodes`` (`SizeTable`s of ``scales``, default 1,
+    and ``offsets``, default 0), on one step or, vectorised, on arrays. Falsy when it lists no
+    size; an empty table is skipped rather than applied as the identity."""
+
+    def __init__(self, scales: Mapping[Any, float], offsets: Mapping[Any, float]) -> None:
+        self.scales, self.offsets = SizeTable(scales, 1.0), SizeTable(offsets, 0.0)
+
+    def __bool__(self) -> bool:
+        return bool(self.scales) or bool(self.offsets)
+
+    def __call__(self, g: Any, padded: Any) -> Any:
+        if self.scales:
+            g = g * self.scales(padded)
+        if self.offsets:
+            g = g + self.offsets(padded)
+        return g
+
+
 @dataclass(slots=True)
 class Calibration:
     """A fitted step-time model for one (GPU, model, TP); see the module docstring for the JSON.
@@ -309,6 +329,10 @@ class Calibration:
             decode_offsets={str(k): float(v) for k, v in (d.get("decode_offsets") or {}).items()},
             decode_scales={str(k): float(v) for k, v in (d.get("decode_scales") or {}).items()},
         )
+
+    def decode_lines(self) -> DecodeLines:
+        """``decode_scales`` and ``decode_offsets`` as one `DecodeLines`."""
+        return DecodeLines(self.decode_scales, self.decode_offsets)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

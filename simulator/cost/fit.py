@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import (
-    Calibration, CpuFit, LinearFit, Provenance, Residuals, SizeTable, check_terms,
+    Calibration, CpuFit, DecodeLines, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
@@ -258,9 +258,9 @@ class _RegimeModel:
 
     def predict(self, p: _Params) -> np.ndarray:
         g = self.matrix(p.terms) @ p.coef
-        if p.offsets or p.scales:
-            pad = self.steps["padded_decodes"].to_numpy(np.int64)
-            g = g * SizeTable(p.scales, 1.0)(pad) + SizeTable(p.offsets, 0.0)(pad)
+        lines = DecodeLines(p.scales, p.offsets)
+        if lines:
+            g = lines(g, self.steps["padded_decodes"].to_numpy(np.int64))
         return g
 
 
@@ -411,10 +411,10 @@ def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
         if sel.any():
             fit = cal.regimes.get(name, cal.regimes["prefill"])
             g[sel] = fit_values(fit, steps.loc[sel])
-    if cal.decode_offsets or cal.decode_scales:
+    lines = cal.decode_lines()
+    if lines:
         sel = reg == "decode"
-        pad = steps.loc[sel, "padded_decodes"].to_numpy()
-        g[sel] = g[sel] * SizeTable(cal.decode_scales, 1.0)(pad) + SizeTable(cal.decode_offsets, 0.0)(pad)
+        g[sel] = lines(g[sel], steps.loc[sel, "padded_decodes"].to_numpy())
     if cal.host is None or not has_timeline(steps):
         return g
     graph = timeline_frame(steps)["graph"].to_numpy(bool)
