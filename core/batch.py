@@ -51,6 +51,11 @@ def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph
 # attention work there than in the eager plan, while its launch is hidden by the device anyway.
 TOKEN_GRAPH_MODES = ("full", "piecewise", "hybrid")
 HYBRID_FULL_MAX_SEQS = 32
+# ... and the most (padded) tokens: above them a step's device work outlasts the pieces' launch
+# (a few ms), and the whole-step graph's attention, which always splits the KV, was slower than
+# the eager attention (a 7,000-token prompt: 5 % more device time on the H200). ``hybrid``
+# captures its whole-step graphs only up to this size.
+HYBRID_FULL_MAX_TOKENS = 2048
 # ``hybrid`` also replays whole a step of more sequences when it has at most this many new
 # tokens per sequence (mostly decodes) and is padded to at most ``max_running`` tokens: that
 # graph's plan holds a sequence per token, so its tiles have 16 rows, as the eager plan's
@@ -70,8 +75,9 @@ def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_r
 def hybrid_replays_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
                          decode_heavy: bool = True, max_full_seqs: int = HYBRID_FULL_MAX_SEQS) -> bool:
     """Whether ``hybrid`` replays a token-graph step as its whole-step graph rather than the
-    pieces: at most ``max_full_seqs`` sequences, or `decode_heavy_whole`."""
-    return num_seqs <= max_full_seqs or decode_heavy_whole(
+    pieces: at most ``max_full_seqs`` sequences padded to at most `HYBRID_FULL_MAX_TOKENS`,
+    or `decode_heavy_whole`."""
+    return (num_seqs <= max_full_seqs and padded_tokens <= HYBRID_FULL_MAX_TOKENS) or decode_heavy_whole(
         num_seqs, num_tokens, padded_tokens, max_running, decode_heavy)
 
 
@@ -117,17 +123,22 @@ def graph_features(num_tokens: int, num_decodes: int, num_seqs: int, max_graph_b
     return rows, int(eager), int(replay), int(wide)
 
 
+PAD_STEP_MAX = 128  # the widest spacing of the token graphs' sizes (`padded_token_count`)
+
+
 def padded_token_count(n: int, max_tokens: int = 2048) -> int:
     """The token count a piecewise-CUDA-graph step of ``n`` tokens is padded to (0: none).
 
     Steps that are not replayed as a decode graph and have ``1 <= n <= max_tokens`` tokens run
     their dense layers as graphs captured for ``n`` rounded up to a multiple of
-    ``max(16, next_pow2(n) / 16)`` (under 1/8 padding above 128 tokens); larger steps,
-    and every step when ``max_tokens`` is 0, run eagerly. The engine's runner uses this rule.
+    ``next_pow2(n) / 16`` held between 16 and 128 (under 1/8 padding above 128 tokens, and
+    under 128 tokens, 1/16 of ``n``, above 2,048, where a step's dense layers cost too much to
+    pad by more); larger steps, and every step when ``max_tokens`` is 0, run eagerly. The
+    engine's runner uses this rule.
     """
     if n <= 0 or n > max_tokens:
         return 0
-    step = max(16, (1 << (n - 1).bit_length()) // 16)
+    step = min(PAD_STEP_MAX, max(16, (1 << (n - 1).bit_length()) // 16))
     return -(-n // step) * step
 
 

@@ -24,7 +24,8 @@ class SchedulerConfig:
       (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature;
       ``token_graph_mode``: "full" (the attention inside those graphs, so such a step is one
       replay), "piecewise" (the attention eager between graphs) or "hybrid" (full for steps
-      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences), for ``graph_replay``;
+      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences and `batch.HYBRID_FULL_MAX_TOKENS`
+      tokens), for ``graph_replay``;
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
       ``max_running`` tokens (`batch.hybrid_replays_whole`; false for engines built before it).
     """

@@ -10,6 +10,10 @@ columns (`Engine` docstring), so that changes to the launch path can be measured
   (eager on CUDA; each new request asks for one token, so the shape repeats);
 - ``decode``: the same decodes alone (a CUDA-graph replay where graphs are on).
 
+Several ``--decodes`` / ``--prompt`` values pair up into step shapes, one series each in turn
+on the same engine (``--decodes 32 1 --prompt 128 4096``: the fixed mixed step, then a lone
+4,096-token prefill beside one decode).
+
 Printed per kind: ``launch_s`` (host launch work), ``launch_cpu_s`` (the thread's CPU time over
 it: far below ``launch_s`` means the thread was descheduled or blocked), ``sched_s``,
 ``complete_s``, the post-replay part of a graph launch (``launch_end - replay_end``), the
@@ -142,9 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shape", default="qwen3-0.6b")
     ap.add_argument("--model", default=None, help="checkpoint dir (default: --shape with dummy weights)")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--decodes", type=int, default=32)
+    ap.add_argument("--decodes", type=int, nargs="+", default=[32],
+                    help="running requests of each step shape (several: one series per shape, paired with --prompt)")
     ap.add_argument("--ctx", type=int, default=512, help="prompt length of the decoding requests")
-    ap.add_argument("--prompt", type=int, default=128, help="prompt length of each mixed step's new request")
+    ap.add_argument("--prompt", type=int, nargs="+", default=[128],
+                    help="prompt length of each mixed step's new request, per step shape")
     ap.add_argument("--steps", type=int, default=60)
     add_token_graph_args(ap)
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
@@ -154,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     add_fast_plan_arg(ap)
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
+    if len(args.decodes) != len(args.prompt):
+        ap.error(f"--decodes and --prompt pair up: got {len(args.decodes)} and {len(args.prompt)} values")
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
                        piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs,
@@ -168,16 +176,19 @@ def main(argv: list[str] | None = None) -> None:
         eng.chaser = chaser if chasing else None
         if chaser is not None and not chasing:
             chaser.unpin()
-        stats, table = host_bench(eng, args.decodes, args.ctx, args.prompt, args.steps,
-                                  args.cprofile if k == args.repeats - 1 else 0)
-        where = f"  [vCPU {chaser.cpu}, {chaser.moves} moves, {chaser.sweeps} sweeps]" if chasing else ""
-        for st in stats:
-            print(f"repeat {k}: {st.line()}{where}")
-            rows.append({"model": args.model or args.shape, "repeat": k, "decodes": args.decodes,
-                         "prompt": args.prompt, "cpu_chase": chasing, "fast_plan": not args.no_fast_plan,
-                         **asdict(st)})
-        if table:
-            print(table)
+        for decodes, prompt in zip(args.decodes, args.prompt):
+            stats, table = host_bench(eng, decodes, args.ctx, prompt, args.steps,
+                                      args.cprofile if k == args.repeats - 1 else 0)
+            where = f"  [vCPU {chaser.cpu}, {chaser.moves} moves, {chaser.sweeps} sweeps]" if chasing else ""
+            label = f" {decodes}+{prompt}" if len(args.decodes) > 1 else ""
+            for st in stats:
+                print(f"repeat {k}{label}: {st.line()}{where}")
+                rows.append({"model": args.model or args.shape, "repeat": k, "decodes": decodes,
+                             "prompt": prompt, "cpu_chase": chasing, "fast_plan": not args.no_fast_plan,
+                             "piecewise_max_tokens": args.piecewise_max_tokens,
+                             "token_graph_mode": args.token_graphs, **asdict(st)})
+            if table:
+                print(table)
     append_jsonl(args.json, rows)
     eng.chaser = chaser
     eng.shutdown()

@@ -3,9 +3,10 @@
 - ``full`` (`StepGraphs`, engine/step_graph.py): the whole forward, attention included;
 - ``piecewise`` (`PiecewiseGraphs`, engine/piecewise_graph.py): the dense layers between
   attention calls, the attention eager;
-- ``hybrid`` (`HybridGraphs`): both captured; a step of at most
-  `core.batch.HYBRID_FULL_MAX_SEQS` sequences replays the full graph (its launch is what
-  paces a small step), and so does a decode-heavy step of at most ``max_rows`` tokens
+- ``hybrid`` (`HybridGraphs`): the pieces for every size, the full graphs for the sizes up to
+  `core.batch.HYBRID_FULL_MAX_TOKENS`; a step of at most `core.batch.HYBRID_FULL_MAX_SEQS`
+  sequences and that many tokens replays the full graph (its launch is what paces a small
+  step), and so does a decode-heavy step of at most ``max_rows`` tokens
   (`core.batch.decode_heavy_whole`: its plan's tiles are as small as the eager plan's); any
   other step replays the pieces (above ``max_rows`` tokens FlashInfer's graph plan would give
   each of its many decodes a 128-row query tile).
@@ -21,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, hybrid_replays_whole
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
@@ -48,21 +49,25 @@ TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
 
 
 class HybridGraphs:
-    """The full graphs for steps of at most ``max_full_seqs`` sequences, or (``decode_heavy``)
-    of few tokens per sequence padded to at most ``max_rows`` tokens
-    (`core.batch.hybrid_replays_whole`), the pieces otherwise.
+    """The full graphs for steps of at most ``max_full_seqs`` sequences and
+    `core.batch.HYBRID_FULL_MAX_TOKENS` padded tokens, or (``decode_heavy``) of few tokens per
+    sequence padded to at most ``max_rows`` tokens (`core.batch.hybrid_replays_whole`), the
+    pieces otherwise.
 
-    Invariant: ``forward`` runs the set that the last ``plan`` chose (the runner always calls
-    them in pairs); both share the sizes, so ``size_for`` is either's.
+    Invariants: ``forward`` runs the set that the last ``plan`` chose (the runner always calls
+    them in pairs); the full set's sizes are the pieces' sizes up to its own cap, and every size
+    the rule sends to it is among them; ``size_for`` is the pieces'.
     """
 
     def __init__(self, full: TokenGraphs, pieces: TokenGraphs, max_full_seqs: int = HYBRID_FULL_MAX_SEQS,
                  max_rows: int = 256, decode_heavy: bool = True) -> None:
-        if full.sizes != pieces.sizes:
-            raise ValueError("hybrid token graphs need both sets captured for the same sizes")
+        if full.sizes != [t for t in pieces.sizes if t <= max(full.sizes)] or (
+                max(full.sizes) < min(pieces.max_tokens, HYBRID_FULL_MAX_TOKENS)):
+            raise ValueError("hybrid token graphs need the full set captured for the pieces' sizes up to "
+                             f"min(their cap, {HYBRID_FULL_MAX_TOKENS})")
         self.full, self.pieces, self.max_full_seqs = full, pieces, max_full_seqs
         self.max_rows, self.decode_heavy = max_rows, decode_heavy
-        self.max_tokens, self.sizes = full.max_tokens, full.sizes
+        self.max_tokens, self.sizes = pieces.max_tokens, pieces.sizes
         self._chosen: TokenGraphs = full
 
     @property
@@ -72,7 +77,7 @@ class HybridGraphs:
                 **{("pieces", k): g for k, g in self.pieces.graphs.items()}}  # type: ignore[attr-defined]
 
     def size_for(self, num_tokens: int) -> int:
-        return self.full.size_for(num_tokens)
+        return self.pieces.size_for(num_tokens)
 
     def plan(self, t: int, inputs: AttentionInputs) -> bool:
         whole = hybrid_replays_whole(inputs.batch_size, inputs.num_tokens, t, self.max_rows, self.decode_heavy,
@@ -103,6 +108,6 @@ def _piecewise(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens
 @TOKEN_GRAPHS.register("hybrid")
 def _hybrid(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
             stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
-    full = _full(model, attn, pool, max_tokens, max_rows, stream)
+    full = _full(model, attn, pool, min(max_tokens, HYBRID_FULL_MAX_TOKENS), max_rows, stream)
     return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream),
                         max_rows=max_rows, decode_heavy=decode_heavy)

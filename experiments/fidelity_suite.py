@@ -126,7 +126,8 @@ class _Suite:
         eng = Engine(engine_config(ctx))
         self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
                   overlap=bool(eng.overlap), device=str(eng.device), cpu_chase=eng.chaser is not None,
-                  fast_plan=getattr(eng.attn, "fast_plan", None))
+                  fast_plan=getattr(eng.attn, "fast_plan", None),
+                  piecewise_max_tokens=eng.sched_config.piecewise_max_tokens)
         return eng
 
     def host_probe(self, eng: Any, after: str) -> None:

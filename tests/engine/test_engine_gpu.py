@@ -129,6 +129,44 @@ def test_gpu_token_graphs_match_the_eager_forward(shape, mode, tiny_model_dir):
         eng.scheduler.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
 
 
+@pytest.mark.parametrize("mode", ["full", "piecewise", "hybrid"])
+@pytest.mark.parametrize("shape", ["llama", "qwen3"])
+def test_gpu_token_graphs_above_2048_tokens(shape, mode, tiny_model_dir):
+    """With a cap above 2,048 tokens (`EngineConfig.piecewise_max_tokens` 4096) the sizes above
+    2,048 are captured too, 128 apart (`core.batch.PAD_STEP_MAX`): a 3,000-token prefill replays
+    the 3,072-token graph and gives the eager forward's logits (the bounds of the test above);
+    ``hybrid`` captures its full graphs up to 2,048 tokens only and gives that step the pieces."""
+    from twinserve.core.request import Req
+    from twinserve.engine.models.decoder import ForwardContext
+    from twinserve.engine.step_inputs import build_step_inputs
+
+    d = tiny_model_dir(GPU_SHAPES[shape])
+    llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=512, max_graph_bs=8, piecewise_max_tokens=4096,
+              token_graph_mode=mode, scheduler={"max_running": 16, "max_num_batched_tokens": 4096})
+    eng = llm.engine
+    tg = eng.runner.token_graphs
+    assert tg is not None and tg.max_tokens == 4096 and {2304, 3072, 4096} <= set(tg.sizes)
+    if mode == "hybrid":
+        assert max(tg.full.sizes) == 2048 and len(tg.full.sizes) == 40 and tg.pieces.sizes == tg.sizes
+    req = Req(10**9, random_prompts([3000], seed=5)[0], SamplingParams(max_tokens=1, temperature=0))
+    eng.scheduler.add(req)
+    batch = eng.scheduler.schedule(0.0)
+    inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
+    v = inp.views(inp.packed.to(eng.device))
+    with torch.inference_mode():
+        eng.attn.plan(inp.attn)
+        want = eng.model.compute_logits(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)))
+        t = tg.size_for(inp.num_tokens)
+        whole = tg.plan(t, inp.attn)
+        got = eng.model.compute_logits(tg.forward(t, v["ids"], v["positions"], v["slots"]))
+    err = (got.float() - want.float()).abs().max().item()
+    tol = 2 * 2.0 ** -7 * want.float().abs().max().item() if whole else 0.02
+    print(f"{shape} {mode} tokens={inp.num_tokens} padded to {t}: max |dlogit| graphs vs eager {err:.4f} "
+          f"(bound {tol:.4f})")
+    assert inp.num_tokens == 3000 and t == 3072 and whole == (mode == "full") and err <= tol
+    eng.scheduler.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
+
+
 def _near_greedy(hf32, prompt: list[int], toks: list[int]) -> float:
     ids = torch.tensor([prompt + toks], device="cuda")
     with torch.no_grad():

@@ -26,3 +26,23 @@ def test_series_hold_their_shape_and_report_the_launch_cpu_time(tiny_model_dir):
     # the series leave the engine idle and its requests aborted
     assert not eng.has_work()
     eng.shutdown()
+
+
+def test_the_cli_runs_one_series_per_paired_step_shape(tiny_model_dir, tmp_path, capsys):
+    import json
+
+    import pytest
+
+    from twinserve.engine.host_bench import main
+
+    model = str(tiny_model_dir("tiny-llama"))
+    out = tmp_path / "host.jsonl"
+    main(["--model", model, "--device", "cpu", "--decodes", "2", "1", "--prompt", "24", "40", "--ctx", "40",
+          "--steps", "4", "--repeats", "1", "--json", str(out)])
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["decodes"], r["prompt"], r["kind"]) for r in rows] == [
+        (2, 24, "decode"), (2, 24, "mixed"), (1, 40, "decode"), (1, 40, "mixed")]
+    assert all(r["n"] == 4 and r["piecewise_max_tokens"] == 2048 for r in rows)
+    assert "repeat 0 1+40: mixed" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--model", model, "--device", "cpu", "--decodes", "2", "1", "--prompt", "24"])

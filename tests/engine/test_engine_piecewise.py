@@ -5,6 +5,7 @@ checked on the GPU (test_engine_gpu.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,6 +30,11 @@ def test_padded_token_counts_round_up_by_less_than_an_eighth_above_128():
     assert padded_token_count(2049, 2048) == 0 and padded_token_count(0, 2048) == 0
     assert padded_token_count(7, 0) == 0
     assert piece_token_counts(100)[-1] == 112  # a size above the cap when the cap is no size
+    # above 2,048 tokens the sizes are 128 apart (`core.batch.PAD_STEP_MAX`): 48 more up to 8,192
+    wide = piece_token_counts(8192)
+    assert wide[:40] == sizes and len(wide) == 88 and set(np.diff(wide[39:])) == {128}
+    assert padded_token_count(2049, 8192) == 2176 and padded_token_count(8192, 8192) == 8192
+    assert all(0 <= padded_token_count(n, 8192) - n < 128 for n in range(2049, 8193))
 
 
 @pytest.mark.parametrize("shape", TINY_FAMILIES)

@@ -126,3 +126,34 @@ def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_mo
                for n, rows, tokens, t in chosen)
     # steps of 3-4 decodes (padded to 16 tokens) are decode-heavy: whole only with the rule
     assert any(n == "full" and rows > 2 for n, rows, *_ in chosen) is decode_heavy
+
+
+def test_the_hybrid_mode_sends_steps_above_its_full_cap_to_the_pieces(tiny_model_dir, hf_model, monkeypatch):
+    """`core.batch.HYBRID_FULL_MAX_TOKENS` (2,048; 16 here) caps the full graphs: a step of few
+    sequences padded above it takes the pieces, and the full set holds only the sizes up to it."""
+    import twinserve.core.batch as batch
+    import twinserve.engine.token_graphs as token_graphs
+    from twinserve.engine.piecewise_graph import PiecewiseGraphs
+    from twinserve.engine.token_graphs import HybridGraphs
+
+    d = tiny_model_dir("tiny-qwen3")
+    llm = LLM(str(d), device="cpu", cpu_kv_tokens=4096, overlap=True,
+              scheduler={"chunk_size": 16, "max_num_batched_tokens": 40, "max_running": 4})
+    r = llm.engine.runner
+    pieces = PiecewiseGraphs(r.model, r.attn, max_tokens=48, capture=False)
+    monkeypatch.setattr(token_graphs, "HYBRID_FULL_MAX_TOKENS", 32)
+    with pytest.raises(ValueError, match="full set captured"):  # the 32-token size would be missing
+        HybridGraphs(StepGraphs(r.model, r.attn, r.pool, max_tokens=16, max_rows=4, capture=False), pieces)
+    monkeypatch.setattr(batch, "HYBRID_FULL_MAX_TOKENS", 16)
+    monkeypatch.setattr(token_graphs, "HYBRID_FULL_MAX_TOKENS", 16)
+    hy = HybridGraphs(StepGraphs(r.model, r.attn, r.pool, max_tokens=16, max_rows=4, capture=False), pieces,
+                      max_full_seqs=4, max_rows=16, decode_heavy=False)
+    assert hy.sizes == pieces.sizes and hy.max_tokens == 48 and hy.full.sizes == [16]
+    chosen = []
+    for name, g in (("full", hy.full), ("pieces", hy.pieces)):
+        plan = g.plan
+        g.plan = lambda t, inputs, plan=plan, name=name: chosen.append((name, t)) or plan(t, inputs)
+    r.token_graphs, r.use_graphs = hy, True
+    assert not greedy_mismatches(llm, hf_model(d), random_prompts([5, 17, 40, 63], seed=4), 10)
+    assert {n for n, _ in chosen} == {"full", "pieces"}
+    assert all((n == "full") == (t <= 16) for n, t in chosen)

@@ -57,6 +57,7 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     log = json.loads((m / "suite.json").read_text())
     assert log["stages"][0]["stage"] == "engine" and log["stages"][0]["cpu_chase"] is False
     assert log["stages"][0]["fast_plan"] is None  # logged; the CPU's torch attention plans nothing
+    assert log["stages"][0]["piecewise_max_tokens"] == 0  # no token graphs on CPU
     runs = [s for s in log["stages"] if s["stage"] == "run"]
     assert runs, "no measured run fitted in the budget"
     # a host probe follows the engine's start, the grid, each replay, the capacity stage and each run
