@@ -119,3 +119,14 @@ def test_piece_step_marks_the_steps_that_run_the_pieces():
     decode = BatchFeatures(num_seqs=8, num_decodes=8, padded_decodes=8, new_tokens=8)
     assert decode.piece_step == 0
     assert piece_step_of(1.0, 0.0) == 0.0 and piece_step_of(0, 0) == 1
+
+
+def test_hybrid_replays_whole_only_up_to_its_full_graphs_largest_size():
+    """Above `core.batch.HYBRID_FULL_MAX_TOKENS` padded tokens no step is whole in ``hybrid``,
+    neither one of few sequences nor a decode-heavy one (a ``max_running`` above that size)."""
+    from twinserve.core.batch import HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
+
+    top = HYBRID_FULL_MAX_TOKENS
+    assert hybrid_replays_whole(1, top, top, 256) and not hybrid_replays_whole(1, top + 100, top + 128, 256)
+    assert hybrid_replays_whole(top // 4, top, top, 4096)  # decode-heavy (4 tokens a sequence)
+    assert not hybrid_replays_whole(top // 2, top + 100, top + 128, 4096)
