@@ -87,6 +87,29 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
     return make
 
 
+class CalibrationMismatchWarning(UserWarning):
+    """A simulation whose engine settings send some of the calibration profile's steps another
+    way than the profiled engine did (their times are predicted by the other kind's fit)."""
+
+
+def token_graph_mismatch(model: CostModel, sc: SchedulerConfig, source: str | None) -> str | None:
+    """Why ``sc``'s token-graph cap disagrees with the calibration behind ``model``
+    (`TokenGraphSplit.admits`), or None when it agrees or nothing is recorded."""
+    cal = getattr(model, "calibration", None)
+    split = getattr(cal, "token_graphs", None)
+    cap = sc.piecewise_max_tokens
+    if split is None or split.admits(cap):
+        return None
+    if cap < split.largest_graph_step:
+        steps = f"of {cap + 1}-{split.largest_graph_step} tokens run eagerly here and ran as token graphs there"
+    else:
+        steps = f"of {split.smallest_eager_step}-{cap} tokens run as token graphs here and ran eagerly there"
+    return (f"calibration {source or '(given)'} was profiled on an engine with {split.describe()}; with "
+            f"scheduler.piecewise_max_tokens={cap} prefill and mixed steps {steps}, so their times are "
+            f"extrapolated (set scheduler.piecewise_max_tokens to the profiled engine's cap, or use a "
+            f"calibration of this engine)")
+
+
 @dataclass(frozen=True, slots=True)
 class CostChoice:
     """The cost model a run uses and why (``source``: the calibration file, or None)."""

@@ -39,20 +39,31 @@ class EngineBackend(Backend):
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
         from twinserve.engine.replay import replay_workload
 
-        ecfg = engine_config(ctx)
+        from twinserve.engine.engine import Engine
+
         b = ctx.cfg["backend"]
-        kw = {"engine": self.engine} if self.engine is not None else {}
-        reqs, records = replay_workload(ecfg, workload, progress=ctx.progress,
-                                        warmup=bool(b.get("warmup", True)), **kw)
+        eng = self.engine if self.engine is not None else Engine(engine_config(ctx))
+        try:
+            reqs, records = replay_workload(eng.cfg, workload, progress=ctx.progress,
+                                            warmup=bool(b.get("warmup", True)), engine=eng)
+            meta = {"engine_config": _used_config(eng)}
+        finally:
+            if self.engine is None:
+                eng.shutdown()
         done = {r.rid for r in reqs}
         rejected = [(s.rid, "skipped by the engine") for s in workload if s.rid not in done]
-        simple = (str, int, float, bool, type(None))
-        used = self.engine.cfg if self.engine is not None else ecfg
-        meta = {"engine_config": {f.name: getattr(used, f.name) for f in fields(used)
-                                  if isinstance(getattr(used, f.name), simple)}}
-        if self.engine is not None:
-            meta["engine_config"]["overlap"] = bool(self.engine.overlap)
         return BackendResult(requests_frame(reqs, 0), steps_frame(records), rejected, meta)
+
+
+def _used_config(eng: Any) -> dict[str, Any]:
+    """The engine's config fields of plain types, with what it resolved in their place: its
+    loop (``overlap``) and its token-graph cap (``piecewise_max_tokens``, 0 where it captured
+    no token graphs, e.g. on CPU), which the simulator matches (`compare.sim_matching_engine`)."""
+    simple = (str, int, float, bool, type(None))
+    out = {f.name: getattr(eng.cfg, f.name) for f in fields(eng.cfg) if isinstance(getattr(eng.cfg, f.name), simple)}
+    out["overlap"] = bool(eng.overlap)
+    out["piecewise_max_tokens"] = int(eng.sched_config.piecewise_max_tokens)
+    return out
 
 
 def engine_config(ctx: RunContext) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
-from twinserve.experiments.build import cost_model, plain, scheduler_config, scheduler_factory
+from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, plain, scheduler_config,
+                                         scheduler_factory, token_graph_mismatch)
 from twinserve.simulator import SimConfig, simulate
 
 
@@ -19,6 +21,9 @@ class SimBackend(Backend):
         tp = int(cfg.get("tp", 1))
         sc = scheduler_config(cfg, ctx.shape, ctx.hardware)
         choice = cost_model(cfg["cost_model"], ctx.shape, ctx.hardware, tp)
+        mismatch = token_graph_mismatch(choice.model, sc, choice.source)
+        if mismatch:
+            warnings.warn(mismatch, CalibrationMismatchWarning, stacklevel=2)
         sim_cfg = SimConfig(
             replicas=int(cfg.get("replicas", 1)), router=str(cfg.get("router", "round_robin")),
             router_kwargs=dict(plain(cfg.get("router_kwargs")) or {}),
@@ -36,6 +41,7 @@ class SimBackend(Backend):
         stats = res.stats()
         timing = {k: stats.pop(k) for k in ("wall_s", "requests_per_wall_s", "sim_speedup")}
         meta = {"cost_model": choice.model.describe(), "cost_model_source": choice.source,
+                "calibration_mismatch": mismatch,
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
                 "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,

@@ -27,8 +27,11 @@ Format (``version`` 1), one JSON object::
       },
       "decode_offsets": {"1": 8e-5, "2": 2e-4, ...},        # optional: seconds added to the decode
                                                             # fit per CUDA-graph batch size
-      "decode_scales": {"48": 0.97, "96": 1.4, ...}         # optional: and the factor it is scaled
-    }                                                       # by first (1 where absent)
+      "decode_scales": {"48": 0.97, "96": 1.4, ...},        # optional: and the factor it is scaled
+                                                            # by first (1 where absent)
+      "token_graphs": {"largest_graph_step": 2048,          # optional: the profile's prefill/mixed
+                       "smallest_eager_step": 2049}         # steps' split (`TokenGraphSplit`)
+    }
 
 A term is ``"1"``, a feature name (a ``BatchFeatures`` field, or a derived feature of
 ``core.batch.DERIVED_FEATURE_NAMES`` such as ``piece_step``), a hinge ``"feature>k"``
@@ -272,6 +275,30 @@ class DecodeLines:
         return g
 
 
+@dataclass(frozen=True, slots=True)
+class TokenGraphSplit:
+    """Where the profiled engine's prefill and mixed steps went from token graphs to eager:
+    ``largest_graph_step``, the most new tokens of one that replayed token graphs (0: none did);
+    ``smallest_eager_step``, the fewest of one that ran eagerly (None: none did). An engine cap
+    (``piecewise_max_tokens``) agrees with the profile when it sends every profiled step the
+    same way (`admits`); another cap makes the simulator predict the steps between them with
+    the other kind's fit."""
+
+    largest_graph_step: int
+    smallest_eager_step: int | None = None
+
+    def admits(self, cap: int) -> bool:
+        """Whether an engine with token graphs up to ``cap`` tokens ran every profiled step as
+        the profile's engine did."""
+        return self.largest_graph_step <= cap and (self.smallest_eager_step is None
+                                                   or cap < self.smallest_eager_step)
+
+    def describe(self) -> str:
+        eager = ("none eagerly" if self.smallest_eager_step is None
+                 else f"eagerly from {self.smallest_eager_step}")
+        return f"token graphs up to {self.largest_graph_step} tokens, {eager}"
+
+
 @dataclass(slots=True)
 class Calibration:
     """A fitted step-time model for one (GPU, model, TP); see the module docstring for the JSON.
@@ -289,6 +316,7 @@ class Calibration:
     host: HostFit | None = None
     decode_offsets: dict[str, float] = field(default_factory=dict)
     decode_scales: dict[str, float] = field(default_factory=dict)
+    token_graphs: TokenGraphSplit | None = None
 
     def __post_init__(self) -> None:
         if self.version != FORMAT_VERSION:
@@ -314,6 +342,8 @@ class Calibration:
             out["decode_offsets"] = dict(self.decode_offsets)
         if self.decode_scales:
             out["decode_scales"] = dict(self.decode_scales)
+        if self.token_graphs is not None:
+            out["token_graphs"] = d["token_graphs"]
         return out
 
     @classmethod
@@ -328,6 +358,7 @@ class Calibration:
             host=HostFit.from_dict(d["host"]) if d.get("host") else None,
             decode_offsets={str(k): float(v) for k, v in (d.get("decode_offsets") or {}).items()},
             decode_scales={str(k): float(v) for k, v in (d.get("decode_scales") or {}).items()},
+            token_graphs=TokenGraphSplit(**d["token_graphs"]) if d.get("token_graphs") else None,
         )
 
     def decode_lines(self) -> DecodeLines:

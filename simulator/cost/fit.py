@@ -14,7 +14,7 @@ from twinserve.simulator.cost.calibration import (
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
-    term_matrix, with_derived_features,
+    term_matrix, token_graph_split, with_derived_features,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
@@ -123,7 +123,9 @@ def fit_calibration(
     KV pages (`shares_kv`): a shared page costs its first read at ``decode_ctx +
     decode_unique_ctx`` coefficients, every further read at ``decode_ctx``'s; and the decode fit
     reads those terms in decode waves of a size chosen inside each fold (`_choose_wave`;
-    `calibration.wave_padded`) when one lowers the held-out error enough.
+    `calibration.wave_padded`) when one lowers the held-out error enough. The file records
+    where the profile's prefill and mixed steps went from token graphs to eager
+    (`linear.token_graph_split`), so that a simulation with another cap can be told.
     """
     if dense not in DENSE_MODELS:
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
@@ -216,7 +218,8 @@ def fit_calibration(
     residuals = Residuals(levels, [float(v) for v in np.quantile(r, levels)])
     return Calibration(provenance=provenance, regimes=fits, cpu=cpu, residuals=residuals, host=host,
                        decode_offsets={str(k): v for k, v in offsets.items()},
-                       decode_scales={str(k): v for k, v in scales.items()})
+                       decode_scales={str(k): v for k, v in scales.items()},
+                       token_graphs=token_graph_split(steps))
 
 
 @dataclass(slots=True)

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, piece_step_of
-from twinserve.simulator.cost.calibration import WAVE_COUNT, LinearFit, factor_value, term_factors
+from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
+                                                  term_factors)
 from twinserve.simulator.cost.nnls import nnls
 
 REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
@@ -110,6 +111,22 @@ def _token_graph_rows(steps: pd.DataFrame) -> pd.Series:
     if "graph_tokens" not in steps:
         return pd.Series(False, index=steps.index)
     return steps["graph_tokens"].fillna(0) > 0
+
+
+def token_graph_split(steps: pd.DataFrame) -> TokenGraphSplit | None:
+    """Where ``steps``' prefill and mixed steps went from token graphs to eager (by
+    ``eager_step``; `with_derived_features` gives profiles without it one), or None when the
+    profile has no such steps or no ``eager_step``."""
+    if "eager_step" not in steps:
+        return None
+    chunk = (steps["num_prefills"] > 0).to_numpy()
+    eager = chunk & (steps["eager_step"].to_numpy() > 0)
+    graph = chunk & ~eager
+    if not chunk.any():
+        return None
+    tokens = steps["new_tokens"].to_numpy()
+    return TokenGraphSplit(int(tokens[graph].max()) if graph.any() else 0,
+                           int(tokens[eager].min()) if eager.any() else None)
 
 
 def graph_replays(steps: pd.DataFrame) -> pd.Series:

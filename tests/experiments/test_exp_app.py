@@ -123,6 +123,22 @@ def test_cost_model_auto_prefers_a_calibration(make_cfg: Any, tmp_path: Path) ->
         run_experiment(make_cfg("cost_model=calibrated", "model=qwen3-8b"), tmp_path / "c")
 
 
+def test_a_cap_the_calibration_profile_did_not_run_is_warned_about(make_cfg: Any, tmp_path: Path) -> None:
+    """The committed llama3-8b file was profiled with token graphs up to 2,048 tokens: the
+    default cap runs quietly, 8,192 warns and records why in the summary."""
+    import warnings
+
+    from twinserve.experiments.build import CalibrationMismatchWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationMismatchWarning)
+        s = run_experiment(make_cfg(), tmp_path / "a")
+    assert s["run"]["cost_model"]["name"] == "calibrated" and s["run"]["calibration_mismatch"] is None
+    with pytest.warns(CalibrationMismatchWarning, match="steps of 2049-8192 tokens run as token graphs here"):
+        s = run_experiment(make_cfg("scheduler.piecewise_max_tokens=8192"), tmp_path / "b")
+    assert "piecewise_max_tokens=8192" in s["run"]["calibration_mismatch"]
+
+
 def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, monkeypatch: Any) -> None:
     from twinserve.simulator.arrivals import make_req
 

@@ -132,6 +132,28 @@ def test_json_round_trip_and_lookup(tmp_path: Path) -> None:
     assert m.describe()["model"] == "qwen3-8b"
 
 
+def test_the_file_records_where_the_profile_went_from_token_graphs_to_eager(tmp_path: Path) -> None:
+    """`TokenGraphSplit`: the most tokens of a prefill/mixed step with token graphs and the fewest
+    of an eager one; a cap agrees when it sends every profiled step the same way."""
+    from twinserve.simulator.cost.calibration import TokenGraphSplit
+
+    steps = _eager_marked(synthetic_steps(600, 5))  # token graphs up to 2,048 tokens (dense_layers)
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1))
+    chunk = steps["num_prefills"] > 0
+    split = cal.token_graphs
+    assert split == TokenGraphSplit(int(steps.new_tokens[chunk & (steps.eager_step == 0)].max()),
+                                    int(steps.new_tokens[chunk & (steps.eager_step == 1)].min()))
+    assert split.largest_graph_step <= 2048 < split.smallest_eager_step
+    assert split.admits(2048) and not split.admits(8192) and not split.admits(0)
+    assert Calibration.load(cal.save(tmp_path / "c.json")).token_graphs == split
+    wide = TokenGraphSplit(8192)  # no eager step: any cap from 8,192 up agrees
+    assert wide.admits(8192) and wide.admits(16384) and not wide.admits(2048)
+    assert "none eagerly" in wide.describe() and "eagerly from" in split.describe()
+    old = cal.to_dict()
+    del old["token_graphs"]  # files written before the record load with none
+    assert Calibration.from_dict(old).token_graphs is None
+
+
 def test_bad_calibrations_are_refused() -> None:
     cal = fit_calibration(synthetic_steps(300, 3), Provenance("h200", "m", 1))
     d = cal.to_dict()
