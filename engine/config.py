@@ -10,6 +10,21 @@ from twinserve.core.config import SchedulerConfig
 # SchedulerConfig fields the engine decides itself (from the pool and the model).
 ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens", "token_graph_mode",
                 "hybrid_decode_heavy")
+# ... of which a run config's ``scheduler`` group sets these `EngineConfig` fields (the pool size
+# comes from ``kv``), with their types.
+_OWNED_KNOBS = {"page_size": int, "max_graph_bs": int, "piecewise_max_tokens": int, "token_graph_mode": str,
+                "hybrid_decode_heavy": bool}
+
+
+def split_scheduler_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run config's ``scheduler`` knobs as (the `EngineConfig` fields the engine owns, set where
+    given and not None, so that the defaults hold otherwise; the other `SchedulerConfig`
+    fields, for ``EngineConfig.scheduler``). Keys of neither kind (the policy's ``name``,
+    ``kwargs``) are left to the caller."""
+    known = {f.name for f in fields(SchedulerConfig)}
+    owned = {k: _OWNED_KNOBS[k](v) for k, v in knobs.items() if k in _OWNED_KNOBS and v is not None}
+    rest = {k: v for k, v in knobs.items() if k in known and k not in ENGINE_OWNED}
+    return owned, rest
 
 
 @dataclass

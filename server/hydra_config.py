@@ -15,7 +15,6 @@ import os
 from dataclasses import fields
 from typing import Any, Mapping
 
-from twinserve.core.config import SchedulerConfig
 from twinserve.server.config import ServerConfig
 
 _ENGINE_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
@@ -60,17 +59,17 @@ def engine_config_from(cfg: Mapping[str, Any]) -> Any:
     if not model.get("path"):
         raise ValueError("twinserve-serve needs model.path=DIR (a checkpoint with tokenizer files; "
                          "`twinserve-make-model --shape tiny-llama --out DIR` writes one)")
+    from twinserve.engine.config import split_scheduler_knobs
+
     sch = cfg["scheduler"]
-    knobs = {f.name for f in fields(SchedulerConfig)}
-    sched = {k: v for k, v in sch.items() if k in knobs and k not in ("page_size", "max_graph_bs")}
+    owned, sched = split_scheduler_knobs(sch)  # the token-graph knobs reach the engine too
     if model.get("max_model_len"):
         sched["max_model_len"] = int(model["max_model_len"])
     backend = cfg.get("backend") or {}
     extra = {k: backend[k] for k in _ENGINE_KEYS if backend.get(k) is not None}
     kv = cfg.get("kv") or {}
     return EngineConfig(
-        model=str(model["path"]), page_size=int(sch.get("page_size", 16)),
-        max_graph_bs=int(sch.get("max_graph_bs", 256)), mem_fraction=float(kv.get("mem_fraction", 0.9)),
+        model=str(model["path"]), **owned, mem_fraction=float(kv.get("mem_fraction", 0.9)),
         num_pages=kv.get("num_pages"), max_model_len=model.get("max_model_len"), scheduler=sched,
         scheduling=str(sch["name"]), memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
         scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},

@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from twinserve.core.config import SchedulerConfig
 from twinserve.core.metrics import requests_frame
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
@@ -69,7 +68,7 @@ def _used_config(eng: Any) -> dict[str, Any]:
 def engine_config(ctx: RunContext) -> Any:
     """The `EngineConfig` of a run config (writes the shape's config.json into the run folder
     when there is no ``model.path``)."""
-    from twinserve.engine.config import ENGINE_OWNED, EngineConfig
+    from twinserve.engine.config import EngineConfig, split_scheduler_knobs
 
     cfg, b = ctx.cfg, ctx.cfg["backend"]
     model_path = cfg["model"].get("path")
@@ -79,17 +78,11 @@ def engine_config(ctx: RunContext) -> Any:
         mdir.mkdir(parents=True, exist_ok=True)
         (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
         model_path, load_format = str(mdir), "dummy"
-    knobs = {f.name for f in fields(SchedulerConfig)}
-    sched = {k: v for k, v in cfg["scheduler"].items() if k in knobs and k not in ENGINE_OWNED}
+    owned, sched = split_scheduler_knobs(cfg["scheduler"])
     if cfg["model"].get("max_model_len"):
         sched["max_model_len"] = int(cfg["model"]["max_model_len"])
     ecfg = EngineConfig(
-        model=str(model_path), load_format=load_format,
-        page_size=int(cfg["scheduler"].get("page_size", 16)),
-        max_graph_bs=int(cfg["scheduler"].get("max_graph_bs", 256)),
-        piecewise_max_tokens=int(cfg["scheduler"].get("piecewise_max_tokens", 2048)),
-        token_graph_mode=str(cfg["scheduler"].get("token_graph_mode", "hybrid")),
-        hybrid_decode_heavy=bool(cfg["scheduler"].get("hybrid_decode_heavy", True)),
+        model=str(model_path), load_format=load_format, **owned,
         mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
         scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
         cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},

@@ -163,3 +163,10 @@ def test_engine_config_from_passes_the_backend_engine_keys() -> None:
     assert e.fast_plan is False
     cfg["backend"] = {}
     assert engine_config_from(cfg).cpu_chase is False and engine_config_from(cfg).fast_plan is True
+    # the engine-owned scheduler knobs reach EngineConfig (the token-graph ones were dropped before)
+    cfg["scheduler"].update(piecewise_max_tokens=8192, token_graph_mode="piecewise", hybrid_decode_heavy=False,
+                            page_size=32, max_graph_bs=64)
+    e = engine_config_from(cfg)
+    assert (e.piecewise_max_tokens, e.token_graph_mode, e.hybrid_decode_heavy, e.page_size, e.max_graph_bs) == \
+        (8192, "piecewise", False, 32, 64)
+    assert "piecewise_max_tokens" not in e.scheduler and e.scheduler["max_running"] == 8
