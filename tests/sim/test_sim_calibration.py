@@ -22,8 +22,10 @@ TRUE = {
     "mixed": {"1": 6e-3, "num_seqs": 1e-5, "padded_tokens": 6e-5, "prefill_attn": 2e-10,
               "prefill_ctx": 0.0, "decode_ctx": 3e-9, "max_ctx": 0.0},
 }
-# the eager steps' own terms (`cost.fit.EAGER_TERMS`): none in this model, so fitted at 0
-EAGER_ZERO = {"prefill": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn"), 0.0),
+# the eager steps' own terms (`cost.fit.EAGER_TERMS`) and the pieces' prefill constant
+# (`PIECE_PREFILL_TERM`): none in this model, so fitted at 0
+EAGER_ZERO = {"prefill": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
+                                        "piece_step"), 0.0),
               "mixed": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
                                       "eager_step*decode_ctx"), 0.0)}
 
@@ -69,8 +71,14 @@ def test_fit_recovers_known_coefficients() -> None:
 
 
 def _eager_marked(steps: pd.DataFrame) -> pd.DataFrame:
-    return steps.assign(eager_step=[int(dense_layers(t, d, p == 0)[1]) for t, d, p in
-                                    zip(steps["new_tokens"], steps["num_decodes"], steps["num_prefills"])])
+    """``steps`` with ``eager_step`` by `dense_layers`, and the prefill steps of the token graphs
+    marked as whole-graph replays (``graph_replay``; few sequences, as `hybrid` runs them): else
+    every other prefill step would run the pieces (`piece_step`), whose constant the fit could
+    not tell from the shared one's."""
+    eager = [int(dense_layers(t, d, p == 0)[1]) for t, d, p in
+             zip(steps["new_tokens"], steps["num_decodes"], steps["num_prefills"])]
+    whole = ((steps["num_prefills"] > 0) & (steps["num_decodes"] == 0) & (np.array(eager) == 0)).astype(int)
+    return steps.assign(eager_step=eager, graph_replay=whole)
 
 
 def test_eager_steps_get_terms_of_their_own() -> None:
@@ -97,6 +105,25 @@ def test_eager_steps_get_terms_of_their_own() -> None:
     plain = {k: tuple(t for t in v if not t.startswith("eager_step")) for k, v in DEFAULT_TERMS.items()}
     without = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), terms=plain)
     assert without.regimes["prefill"].mape > 1e-3 and without.regimes["mixed"].mape > 1e-3
+
+
+def test_prefill_steps_that_run_the_pieces_get_a_constant_of_their_own() -> None:
+    """Prefill steps that run the pieces (neither one replay nor eager: `piece_step`) and cost a
+    constant more than the whole-graph ones: the prefill fit's `PIECE_PREFILL_TERM` takes it,
+    and the fit without it cannot follow them."""
+    from twinserve.simulator.cost.fit import DEFAULT_TERMS, PIECE_PREFILL_TERM
+
+    steps = _eager_marked(synthetic_steps(1200, 6))
+    pieces = (steps["num_prefills"] == 2) & (steps["graph_replay"] == 1)  # two prompts: say, the pieces
+    steps.loc[pieces, "graph_replay"] = 0
+    steps.loc[pieces, "duration"] += 2e-3
+    assert 30 < pieces.sum() < 300
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1))
+    got = dict(zip(cal.regimes["prefill"].terms, cal.regimes["prefill"].coef))
+    assert got[PIECE_PREFILL_TERM] == pytest.approx(2e-3, rel=1e-6) and got["1"] == pytest.approx(TRUE["prefill"]["1"])
+    assert cal.regimes["prefill"].mape < 1e-9
+    plain = {**DEFAULT_TERMS, "prefill": tuple(t for t in DEFAULT_TERMS["prefill"] if t != PIECE_PREFILL_TERM)}
+    assert fit_calibration(steps, Provenance("h200", "llama3-8b", 1), terms=plain).regimes["prefill"].mape > 1e-3
 
 
 def test_fit_reports_cross_validated_error_and_residual_spread() -> None:
