@@ -123,3 +123,29 @@ class EngineConfig:
         cfg = SchedulerConfig(**values)
         cfg.validate()
         return cfg
+
+
+# The run config's ``backend`` keys that set `EngineConfig` fields of the same name (None: the default).
+RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
+                    "cpu_kv_tokens", "cpu_chase", "fast_plan")
+
+
+def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any) -> EngineConfig:
+    """The `EngineConfig` of a composed run config (`twinserve-run backend=engine` and
+    `twinserve-serve` alike): the ``scheduler`` group through `split_scheduler_knobs` (with
+    ``model.max_model_len`` as the scheduler's), the policies by name, the pool from ``kv``,
+    ``seed``, ``tp`` and the ``backend`` keys of `RUN_BACKEND_KEYS`; ``over`` sets any field last."""
+    sch, model = cfg["scheduler"], cfg["model"]
+    backend, kv = cfg.get("backend") or {}, cfg.get("kv") or {}
+    owned, sched = split_scheduler_knobs(sch)
+    if model.get("max_model_len"):
+        sched["max_model_len"] = int(model["max_model_len"])
+    kw: dict[str, Any] = dict(
+        model=str(model_path), **owned, mem_fraction=float(kv.get("mem_fraction", 0.9)),
+        num_pages=kv.get("num_pages"), scheduler=sched, scheduling=str(sch["name"]),
+        memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
+        scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},
+        cache_kwargs=cfg["cache"].get("kwargs") or {}, seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
+        **{k: backend[k] for k in RUN_BACKEND_KEYS if backend.get(k) is not None})
+    kw.update(over)
+    return EngineConfig(**kw)

@@ -17,9 +17,6 @@ from typing import Any, Mapping
 
 from twinserve.server.config import ServerConfig
 
-_ENGINE_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
-                "cpu_kv_tokens", "cpu_chase", "fast_plan")
-
 
 def conf_dir() -> str:
     spec = importlib.util.find_spec("twinserve.experiments")
@@ -52,29 +49,15 @@ def _plain(node: Any) -> Any:
 
 
 def engine_config_from(cfg: Mapping[str, Any]) -> Any:
-    """An `EngineConfig` from a composed run config (same mapping as the engine backend)."""
-    from twinserve.engine.engine import EngineConfig
+    """An `EngineConfig` from a composed run config (`engine.config.engine_config_from_run`, the
+    engine backend's mapping) for the checkpoint at ``model.path``."""
+    from twinserve.engine.config import engine_config_from_run
 
     model = cfg["model"]
     if not model.get("path"):
         raise ValueError("twinserve-serve needs model.path=DIR (a checkpoint with tokenizer files; "
                          "`twinserve-make-model --shape tiny-llama --out DIR` writes one)")
-    from twinserve.engine.config import split_scheduler_knobs
-
-    sch = cfg["scheduler"]
-    owned, sched = split_scheduler_knobs(sch)  # the token-graph knobs reach the engine too
-    if model.get("max_model_len"):
-        sched["max_model_len"] = int(model["max_model_len"])
-    backend = cfg.get("backend") or {}
-    extra = {k: backend[k] for k in _ENGINE_KEYS if backend.get(k) is not None}
-    kv = cfg.get("kv") or {}
-    return EngineConfig(
-        model=str(model["path"]), **owned, mem_fraction=float(kv.get("mem_fraction", 0.9)),
-        num_pages=kv.get("num_pages"), max_model_len=model.get("max_model_len"), scheduler=sched,
-        scheduling=str(sch["name"]), memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
-        scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},
-        cache_kwargs=cfg["cache"].get("kwargs") or {}, seed=int(cfg.get("seed", 0)),
-        tp_size=int(cfg.get("tp", 1)), **extra)
+    return engine_config_from_run(cfg, str(model["path"]), max_model_len=model.get("max_model_len"))
 
 
 def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> ServerConfig:

@@ -11,7 +11,6 @@ import pandas as pd
 from twinserve.core.metrics import requests_frame
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
-from twinserve.experiments.build import no_nulls
 
 
 def steps_frame(records: list[Any]) -> pd.DataFrame:
@@ -66,9 +65,10 @@ def _used_config(eng: Any) -> dict[str, Any]:
 
 
 def engine_config(ctx: RunContext) -> Any:
-    """The `EngineConfig` of a run config (writes the shape's config.json into the run folder
-    when there is no ``model.path``)."""
-    from twinserve.engine.config import EngineConfig, split_scheduler_knobs
+    """The `EngineConfig` of a run config (`engine.config.engine_config_from_run`; writes the
+    shape's config.json into the run folder and loads dummy weights when there is no
+    ``model.path``)."""
+    from twinserve.engine.config import engine_config_from_run
 
     cfg, b = ctx.cfg, ctx.cfg["backend"]
     model_path = cfg["model"].get("path")
@@ -78,17 +78,4 @@ def engine_config(ctx: RunContext) -> Any:
         mdir.mkdir(parents=True, exist_ok=True)
         (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
         model_path, load_format = str(mdir), "dummy"
-    owned, sched = split_scheduler_knobs(cfg["scheduler"])
-    if cfg["model"].get("max_model_len"):
-        sched["max_model_len"] = int(cfg["model"]["max_model_len"])
-    ecfg = EngineConfig(
-        model=str(model_path), load_format=load_format, **owned,
-        mem_fraction=float(cfg["kv"].get("mem_fraction", 0.9)), num_pages=cfg["kv"].get("num_pages"),
-        scheduler=sched, scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
-        cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
-        memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
-        seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
-        **no_nulls({k: b.get(k) for k in ("device", "dtype", "cuda_graphs", "overlap",
-                                         "attention_backend", "cpu_kv_tokens", "cpu_chase", "fast_plan")}),
-    )
-    return ecfg
+    return engine_config_from_run(cfg, model_path, load_format=load_format)
