@@ -92,8 +92,6 @@ def test_gpu_token_graphs_match_the_eager_forward(shape, mode, tiny_model_dir):
     a decode-heavy one (two decodes and a 5-token prefill, padded to 16 tokens within the 16
     running sequences: whole in hybrid mode too, `core.batch.decode_heavy_whole`)."""
     from twinserve.core.request import Req
-    from twinserve.engine.models.decoder import ForwardContext
-    from twinserve.engine.step_inputs import build_step_inputs
 
     d = tiny_model_dir(GPU_SHAPES[shape])
     llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=256, max_graph_bs=8, piecewise_max_tokens=256,
@@ -110,23 +108,33 @@ def test_gpu_token_graphs_match_the_eager_forward(shape, mode, tiny_model_dir):
         eng.scheduler.add(req)
         batch = eng.scheduler.schedule(0.0)
         assert len(batch) == i + 1  # the earlier requests' decodes and the new prefill
-        inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
-        v = inp.views(inp.packed.to(eng.device))
-        with torch.inference_mode():
-            eng.attn.plan(inp.attn)
-            want = eng.model.compute_logits(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)))
-            t = tg.size_for(inp.num_tokens)
-            whole = tg.plan(t, inp.attn)
-            assert whole == (mode == "full" or (mode == "hybrid" and i != 1))
-            got = eng.model.compute_logits(tg.forward(t, v["ids"], v["positions"], v["slots"]))
-        err = (got.float() - want.float()).abs().max().item()
-        # the whole-step graphs' attention always splits the KV (FlashInfer's graph plans) and
-        # merges the parts: another summation order, so up to two bf16 steps of the largest logit
-        tol = 2 * 2.0 ** -7 * want.float().abs().max().item() if whole else 0.02
-        print(f"{shape} {mode} tokens={inp.num_tokens} padded to {t}: max |dlogit| graphs vs eager {err:.4f} "
-              f"(bound {tol:.4f})")
-        assert t > inp.num_tokens and err <= tol
+        num_tokens, t, whole, err, tol = _graphs_against_eager(eng, tg, batch, f"{shape} {mode}")
+        assert whole == (mode == "full" or (mode == "hybrid" and i != 1))
+        assert t > num_tokens and err <= tol
         eng.scheduler.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
+
+
+def _graphs_against_eager(eng, tg, batch, label: str) -> tuple[int, int, bool, float, float]:
+    """One scheduled step's logits by the eager forward and by the token graphs ``tg``: its
+    token count, its padded size, whether it replayed whole, the largest logit difference and
+    the bound for it (printed under ``label``)."""
+    from twinserve.engine.models.decoder import ForwardContext
+    from twinserve.engine.step_inputs import build_step_inputs
+
+    inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
+    v = inp.views(inp.packed.to(eng.device))
+    with torch.inference_mode():
+        eng.attn.plan(inp.attn)
+        want = eng.model.compute_logits(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)))
+        t = tg.size_for(inp.num_tokens)
+        whole = tg.plan(t, inp.attn)
+        got = eng.model.compute_logits(tg.forward(t, v["ids"], v["positions"], v["slots"]))
+    err = (got.float() - want.float()).abs().max().item()
+    # the whole-step graphs' attention always splits the KV (FlashInfer's graph plans) and
+    # merges the parts: another summation order, so up to two bf16 steps of the largest logit
+    tol = 2 * 2.0 ** -7 * want.float().abs().max().item() if whole else 0.02
+    print(f"{label} tokens={inp.num_tokens} padded to {t}: max |dlogit| graphs vs eager {err:.4f} (bound {tol:.4f})")
+    return inp.num_tokens, t, whole, err, tol
 
 
 @pytest.mark.parametrize("mode", ["full", "piecewise", "hybrid"])
@@ -137,8 +145,6 @@ def test_gpu_token_graphs_above_2048_tokens(shape, mode, tiny_model_dir):
     the 3,072-token graph and gives the eager forward's logits (the bounds of the test above);
     ``hybrid`` captures its full graphs up to 2,048 tokens only and gives that step the pieces."""
     from twinserve.core.request import Req
-    from twinserve.engine.models.decoder import ForwardContext
-    from twinserve.engine.step_inputs import build_step_inputs
 
     d = tiny_model_dir(GPU_SHAPES[shape])
     llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=512, max_graph_bs=8, piecewise_max_tokens=4096,
@@ -151,19 +157,8 @@ def test_gpu_token_graphs_above_2048_tokens(shape, mode, tiny_model_dir):
     req = Req(10**9, random_prompts([3000], seed=5)[0], SamplingParams(max_tokens=1, temperature=0))
     eng.scheduler.add(req)
     batch = eng.scheduler.schedule(0.0)
-    inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
-    v = inp.views(inp.packed.to(eng.device))
-    with torch.inference_mode():
-        eng.attn.plan(inp.attn)
-        want = eng.model.compute_logits(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)))
-        t = tg.size_for(inp.num_tokens)
-        whole = tg.plan(t, inp.attn)
-        got = eng.model.compute_logits(tg.forward(t, v["ids"], v["positions"], v["slots"]))
-    err = (got.float() - want.float()).abs().max().item()
-    tol = 2 * 2.0 ** -7 * want.float().abs().max().item() if whole else 0.02
-    print(f"{shape} {mode} tokens={inp.num_tokens} padded to {t}: max |dlogit| graphs vs eager {err:.4f} "
-          f"(bound {tol:.4f})")
-    assert inp.num_tokens == 3000 and t == 3072 and whole == (mode == "full") and err <= tol
+    num_tokens, t, whole, err, tol = _graphs_against_eager(eng, tg, batch, f"{shape} {mode}")
+    assert num_tokens == 3000 and t == 3072 and whole == (mode == "full") and err <= tol
     eng.scheduler.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
 
 
