@@ -64,6 +64,11 @@ WAVE_MIN_GAIN = 0.05
 SCALE_RANGE = (0.5, 2.0)  # the decode fit's factor per graph batch size stays within these
 SCALE_MIN_SPREAD = 0.05  # a size's rows must vary by this share of their mean fit to get one
 WAVE_FOLD_SEED = 0  # the choice's own folds: the fit's random stream stays as without waves
+# The wave size is chosen on folds that each hold out one workload of the profile (its replays
+# at every rate; the step grid is one more), where the profile says which: consecutive decode
+# steps of one replay are near copies of each other, so random folds score a size on steps its
+# fit has all but seen (`wave_folds`). At least this many groups, else random folds.
+WAVE_MIN_GROUPS = 3
 # The term added for profiles whose decodes share KV pages (`shares_kv`), and how many of the
 # steps with decodes must share some for it to be fitted.
 SHARED_TERM = "decode_unique_ctx"
@@ -295,18 +300,36 @@ def with_wave(terms: Sequence[str], k: int | None) -> list[str]:
     return [f"{t}@{k}" if k is not None and t in WAVE_TERMS else t for t in terms]
 
 
+def wave_folds(steps: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The folds the wave choice is scored on, one number per row (-1 outside ``rows``): one
+    per workload of the profile (``workload`` of its ``replay`` rows; the ``grid`` phase, and
+    rows with no workload, one more) when ``rows`` hold at least `WAVE_MIN_GROUPS` of them;
+    else `fold_ids` of their own seed (`WAVE_FOLD_SEED`), so that the choice leaves the fit's
+    random stream, and with it every other fold of the calibration, as it was without waves."""
+    if "workload" in steps.columns:
+        grid = (steps["phase"].astype(str).eq("grid") if "phase" in steps.columns
+                else pd.Series(False, index=steps.index))
+        group = steps["workload"].astype(object).where(steps["workload"].notna() & ~grid, "")
+        codes = pd.factorize(group.astype(str))[0]
+        if len(np.unique(codes[rows])) >= WAVE_MIN_GROUPS:
+            _, dense = np.unique(codes[rows], return_inverse=True)
+            out = np.full(len(rows), -1, dtype=np.int64)
+            out[rows] = dense
+            return out
+    return fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=rows)
+
+
 def _choose_wave(model: _RegimeModel, rows: np.ndarray, min_rows: int = 40) -> list[str]:
     """The model's terms with its attention terms in waves of the size ``k`` that gives the
-    lowest k-fold cross-validated MAPE on ``rows`` alone (plain NNLS; `WAVE_COARSE`, then every
+    lowest cross-validated MAPE on ``rows`` alone (folds of `wave_folds`: one workload held out
+    at a time where the profile names them; plain NNLS; `WAVE_COARSE`, then every
     `WAVE_FINE_STEP` around the best), or as given unless ``k`` lowers it by `WAVE_MIN_GAIN`
     (relative): a profile whose decode batches never end a wave part-full cannot tell sizes apart.
     Fewer than ``min_rows`` rows, or no decode batch above the smallest size: as given."""
     n = model.steps["num_decodes"].to_numpy(np.float64)
     if rows.sum() < min_rows or not (n[rows] > min(WAVE_COARSE)).any():
         return list(model.terms)
-    # folds of their own, so that the choice leaves the fit's random stream, and with it every
-    # other fold of the calibration, as it was without waves
-    fold = fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=rows)
+    fold = wave_folds(model.steps, rows)
     y = model.y
 
     def err(k: int | None) -> float:

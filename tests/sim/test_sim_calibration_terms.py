@@ -260,3 +260,31 @@ def test_features_list_what_every_host_part_reads() -> None:
                       CpuFit(["1"], [0.0]), host=host)
     assert cal.features == ["max_ctx", "new_tokens", "num_decodes"]
     assert len(host.fits()) == 8 and host.post in host.fits() and host.tail in host.fits()
+
+
+def test_the_wave_size_is_chosen_one_profiled_workload_out() -> None:
+    """`fit.wave_folds`: one fold per replayed workload and one for the step grid (rows outside
+    the mask get -1); random folds of the wave seed where fewer than three groups are named or
+    the profile has no workload column. A wave-quantized decode still gets its wave that way."""
+    from twinserve.simulator.cost.fit import WAVE_FOLD_SEED, wave_folds
+    from twinserve.simulator.cost.linear import fold_ids
+
+    steps = pd.DataFrame({"phase": ["grid"] * 4 + ["replay"] * 8,
+                          "workload": [None] * 4 + ["conv", "conv", "code", "code", "sp", "sp", "conv", "sess"]})
+    rows = np.ones(len(steps), dtype=bool)
+    rows[-1] = False
+    f = wave_folds(steps, rows)
+    assert f[-1] == -1 and len(set(f[:4])) == 1 and len(set(f[:-1])) == 4
+    assert f[4] == f[5] == f[10] != f[6] and f[6] == f[7] != f[8]
+    two = rows & (steps["workload"].isin(["conv"]) | steps["phase"].eq("grid")).to_numpy()
+    assert wave_folds(steps, two).tolist() == fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=two).tolist()
+    bare = steps.drop(columns=["workload"])
+    assert wave_folds(bare, rows).tolist() == fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=rows).tolist()
+
+    waves = _decode_rows(3000, 3, wave=48).assign(phase="replay")
+    waves["workload"] = np.array(["conv", "code", "sp", "sess"])[np.arange(len(waves)) % 4]
+    prefill = _rows(200, 1, kink=None)
+    prefill = prefill[prefill["num_prefills"] > 0].assign(phase="grid", workload=None)
+    cal = fit_calibration(pd.concat([waves, prefill], ignore_index=True), Provenance("h200", "qwen3-0.6b", 1),
+                          overlap=False)
+    assert cal.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx@48", "padded_decodes"]
