@@ -48,8 +48,8 @@ class EngineConfig:
       FlashInfer's CUDA-graph prefill attention (engine/step_graph.py), ``"piecewise"`` the
       dense layers with the attention eager (engine/piecewise_graph.py), ``"hybrid"`` (the
       default) both, full for steps of at most 32 sequences and 2,048 tokens
-      (engine/token_graphs.py; 2,048 is the default cap, 8,192 the wider one that pays for
-      small models, engine/README.md);
+      (engine/token_graphs.py; 2,048 is this class's default; a run config takes the model
+      config's ``piecewise_max_tokens``, 8,192 for qwen3-0.6b, engine/README.md);
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the steps of at most 8 new tokens
       per sequence padded to at most ``max_running`` tokens (`core.batch.decode_heavy_whole`).
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for

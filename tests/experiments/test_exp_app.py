@@ -139,6 +139,37 @@ def test_a_cap_the_calibration_profile_did_not_run_is_warned_about(make_cfg: Any
     assert "piecewise_max_tokens=8192" in s["run"]["calibration_mismatch"]
 
 
+def test_the_token_graph_cap_defaults_to_the_models_own(make_cfg: Any, tmp_path: Path) -> None:
+    """``scheduler.piecewise_max_tokens`` takes ``model.piecewise_max_tokens`` (qwen3-0.6b: 8,192,
+    the others 2,048; 2,048 for a model config without the key) unless set; the committed
+    qwen3-0.6b file was profiled at 8,192 and runs quietly, and at 2,048 the simulator warns
+    unless it is given the cap-2,048 file (``experiments/calibrations/cap2048``)."""
+    import warnings
+
+    from omegaconf import OmegaConf
+
+    import twinserve
+    from twinserve.experiments.build import CalibrationMismatchWarning
+
+    def cap(*ov: str) -> int:
+        return int(OmegaConf.to_container(make_cfg(*ov), resolve=True)["scheduler"]["piecewise_max_tokens"])
+
+    assert cap("model=qwen3-0.6b") == 8192 and cap("model=llama3-8b") == 2048 and cap() == 2048
+    assert cap("model=qwen3-0.6b", "scheduler=lpm") == 8192
+    assert cap("model=qwen3-0.6b", "scheduler.piecewise_max_tokens=2048") == 2048
+    assert cap("model=qwen3-0.6b", "~model.piecewise_max_tokens") == 2048
+    q, cap2048 = "model=qwen3-0.6b", Path(twinserve.__file__).parent / "experiments" / "calibrations" / "cap2048"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationMismatchWarning)
+        s = run_experiment(make_cfg(q), tmp_path / "q")
+        old = run_experiment(make_cfg(q, "scheduler.piecewise_max_tokens=2048",
+                                      f"cost_model.calibration_dirs=[{cap2048}]"), tmp_path / "old")
+    assert s["run"]["calibration_mismatch"] is None and old["run"]["calibration_mismatch"] is None
+    assert "cap2048" in str(old["run"]["cost_model"]["source"])
+    with pytest.warns(CalibrationMismatchWarning, match="steps of 2049-8192 tokens run eagerly here"):
+        run_experiment(make_cfg(q, "scheduler.piecewise_max_tokens=2048"), tmp_path / "w")
+
+
 def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, monkeypatch: Any) -> None:
     from twinserve.simulator.arrivals import make_req
 

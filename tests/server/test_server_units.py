@@ -170,3 +170,10 @@ def test_engine_config_from_passes_the_backend_engine_keys() -> None:
     assert (e.piecewise_max_tokens, e.token_graph_mode, e.hybrid_decode_heavy, e.page_size, e.max_graph_bs) == \
         (8192, "piecewise", False, 32, 64)
     assert "piecewise_max_tokens" not in e.scheduler and e.scheduler["max_running"] == 8
+    # composed from the Hydra tree: the model config's own token-graph cap, unless overridden
+    from twinserve.server.hydra_config import compose_server_config
+
+    q, _ = compose_server_config(["model=qwen3-0.6b", "model.path=/m"])
+    l, _ = compose_server_config(["model.path=/m"])
+    o, _ = compose_server_config(["model=qwen3-0.6b", "model.path=/m", "scheduler.piecewise_max_tokens=1024"])
+    assert (q.piecewise_max_tokens, l.piecewise_max_tokens, o.piecewise_max_tokens) == (8192, 2048, 1024)
