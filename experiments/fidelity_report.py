@@ -1,5 +1,7 @@
 """The fidelity suite's simulator side: rerun each engine run folder on the simulator, write
-the per-run comparisons, one table (`fidelity.md`, `fidelity.csv`) and the error plot.
+the per-run comparisons, one table (`fidelity.md`, `fidelity.csv`), the error plot, and the
+simulator's capacity on each workload's burst against the engine's (`capacity.md`, `.csv`:
+`fidelity_capacity`).
 
     python -m twinserve.experiments.fidelity_suite report --out OUT RUNS [sim overrides...]
 """
@@ -14,6 +16,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from twinserve.experiments.fidelity_capacity import capacity_rows, write_capacity
 from twinserve.experiments.fidelity_suite import compose
 
 
@@ -137,6 +140,11 @@ def run_report(args: argparse.Namespace) -> Path:
             shutil.rmtree(dest / "sim")
         rows.append(table_row(model, d, table))
     print(write_table(rows, out, "fidelity"))
+    runs = suite_runs(Path(args.runs))
+    caps = [c for model in dict.fromkeys(m for m, _ in runs)
+            for c in capacity_rows(Path(args.runs) / model, [d for m, d in runs if m == model], args.sim_overrides)]
+    if caps:
+        print(write_capacity(caps, out))
     return out
 
 

@@ -93,6 +93,15 @@ def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path:
         # same requests on both sides: the simulator completes what the engine completed
         assert cmp.loc["request_throughput", "sim"] > 0
         assert abs(cmp.loc["output_throughput", "err_pct"]) < 60
+    # the simulator's capacity on each run workload's burst, beside the engine's capacity.json
+    caps = json.loads((suite_dir / "tiny-llama" / "capacity.json").read_text())
+    cap = pd.read_csv(out / "capacity.csv")
+    assert set(cap["workload"]) == {n.rsplit("_", 1)[0] for n in names}
+    assert (cap["sim_req_s"] > 0).all() and (cap["requests"] > 0).all()
+    for _, r in cap.iterrows():
+        assert r.engine_req_s == pytest.approx(caps[r.workload])
+        assert r.err_pct == pytest.approx(100 * (r.sim_req_s / r.engine_req_s - 1))
+    assert "| tiny-llama |" in (out / "capacity.md").read_text()
 
 
 def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
