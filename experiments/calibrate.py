@@ -8,7 +8,8 @@
 The file's ``provenance`` names (gpu, model, tp) the way `find_calibration` looks them up
 (``hardware.name``, ``model.name``, ``tp``), so ``cost_model=auto`` picks it up once it lies in
 ``experiments/calibrations/``. Besides each regime's held-out MAPE (from `fit_calibration`), the
-notes record the model's error on the profile's workload-replay steps alone.
+notes record the model's error on the profile's workload-replay steps alone, and with
+``--workload-out`` each replayed workload's error under a fit that never saw it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,34 @@ def step_errors(cal: Calibration, steps: pd.DataFrame) -> list[RegimeError]:
     return out
 
 
+def workload_out_errors(steps: pd.DataFrame, fit: Any) -> dict[str, list[RegimeError]]:
+    """Each replayed workload's step errors under a calibration fitted without its rows (all
+    its replays, at every rate): ``fit(rows) -> Calibration``. Random k-fold errors score a fit on
+    steps next to ones it was fitted on; this scores it on a workload it never saw, as the
+    simulator meets one. Keys: the workloads, then ``"all"`` (their rows pooled: MAPE weighted by
+    rows, bias by time). Empty without a ``workload`` column or with fewer than two workloads."""
+    if "workload" not in steps or "phase" not in steps:
+        return {}
+    replay = steps["phase"].astype(str).eq("replay") & steps["workload"].notna()
+    names = sorted(str(w) for w in steps.loc[replay, "workload"].unique())
+    if len(names) < 2:
+        return {}
+    out: dict[str, list[RegimeError]] = {}
+    for w in names:
+        held = replay & steps["workload"].astype(str).eq(w)
+        cal = fit(steps[~held].reset_index(drop=True))
+        out[w] = step_errors(cal, steps[held].reset_index(drop=True))
+    pooled = []
+    for name in ("decode", "prefill", "mixed"):
+        errs = [e for es in out.values() for e in es if e.regime == name]
+        n = sum(e.n for e in errs)
+        if n:
+            pooled.append(RegimeError(name, sum(e.mape * e.n for e in errs) / n,
+                                      sum(e.bias * e.n for e in errs) / n, n))
+    out["all"] = pooled
+    return out
+
+
 def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
     """The rows of ``steps`` matching the pandas ``query``; an error names the columns when the
     query is bad or keeps no row."""
@@ -97,15 +126,20 @@ def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
 
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
                     command: str, notes: dict[str, Any] | None = None, seed: int = 0,
-                    dense: str = "hinge", decode_scales: bool = True) -> Calibration:
+                    dense: str = "hinge", decode_scales: bool = True, workload_out: bool = False) -> Calibration:
     """Fit a `Calibration` on step rows (``dense``: `cost.fit.DENSE_MODELS`; ``decode_scales``:
     a factor per decode graph size besides its offset, `cost.fit._fit_with_bucket_lines`); non-positive
     durations are dropped. The notes (JSON) carry ``notes`` plus the error on the replay rows
-    (``phase == "replay"``) when present."""
+    (``phase == "replay"``) when present, and with ``workload_out`` each workload's error under a
+    fit without it (`workload_out_errors`; one more fit per workload)."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
                       date=dt.date.today().isoformat(), command=command)
-    cal = fit_calibration(steps, prov, overlap=overlap, seed=seed, dense=dense, bucket_scales=decode_scales)
+
+    def fit(rows: pd.DataFrame) -> Calibration:
+        return fit_calibration(rows, prov, overlap=overlap, seed=seed, dense=dense, bucket_scales=decode_scales)
+
+    cal = fit(steps)
     extra = dict(notes or {})
     extra["rows"] = int(len(steps))
     if "phase" in steps:
@@ -113,6 +147,9 @@ def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: s
         rep = steps[steps["phase"] == "replay"]
         extra["replay_error"] = {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n}
                                  for e in step_errors(cal, rep)}
+    if workload_out:
+        extra["workload_out_error"] = {w: {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n}
+                                           for e in errs} for w, errs in workload_out_errors(steps, fit).items()}
     cal.provenance.notes = json.dumps(extra, sort_keys=True, default=str)
     return cal
 
@@ -141,6 +178,10 @@ def summary_lines(cal: Calibration) -> list[str]:
     notes = json.loads(cal.provenance.notes or "{}")
     for name, e in (notes.get("replay_error") or {}).items():
         lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")
+    for w, errs in (notes.get("workload_out_error") or {}).items():
+        parts = ", ".join(f"{name} {100 * e['mape']:.2f}% (bias {100 * e['bias']:+.2f}%, n={e['n']})"
+                          for name, e in errs.items())
+        lines.append(f"  fitted without {w}: {parts}" if w != "all" else f"  one workload out, pooled: {parts}")
     return lines
 
 
@@ -164,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", default=None, metavar="QUERY",
                     help="with --from-steps: fit only the step rows matching this pandas query "
                          "(e.g. 'calib_load != calib_load' leaves out the loaded-server replays)")
+    ap.add_argument("--workload-out", action="store_true",
+                    help="also score each replayed workload under a fit without it (one more fit per "
+                         "workload; recorded in the notes as workload_out_error)")
     ap.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                     help="whether host time hides behind device time (auto: the engine's mode)")
     return ap
@@ -202,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
     if args.overlap != "auto":
         overlap = args.overlap == "on"
     cal = calibrate_steps(steps, gpu, model, args.tp, dtype, overlap, command, info, seed=args.seed,
-                          dense=args.dense, decode_scales=not args.no_decode_scales)
+                          dense=args.dense, decode_scales=not args.no_decode_scales,
+                          workload_out=args.workload_out)
     out = Path(args.out or f"{args.work_dir}/{gpu}_{model}_tp{args.tp}.json")
     cal.save(out)
     CalibratedCostModel(out)  # the simulator can read what was written

@@ -136,3 +136,41 @@ def test_step_diff_names_first_difference():
     assert (d.first_diff, d.matching, d.differing_features) == (2, 2, ["new_tokens"])
     assert step_diff(a, a.copy()).first_diff is None
     assert step_diff(a, a.iloc[:2]).first_diff == 2
+
+
+def test_each_replayed_workload_is_scored_on_a_fit_without_it(calibration, tmp_path):
+    """`calibrate.workload_out_errors`: one fit per replayed workload on every other row, scored
+    on that workload's rows; "all" pools them. ``--workload-out`` records it in the notes."""
+    from twinserve.experiments.calibrate import main, step_errors, workload_out_errors
+
+    _, _, steps, cal = calibration
+    df = pd.read_parquet(steps)
+    df = df[df["duration"] > 0].reset_index(drop=True)
+    # the CLI profile names no workloads: label its replay rows as two (the suite's profiles do)
+    two = df.assign(workload=[("w0", "w1")[i % 2] if ph == "replay" else None for i, ph in enumerate(df["phase"])])
+    seen = []
+
+    def fit(rows):
+        seen.append(rows)
+        return cal
+
+    out = workload_out_errors(two, fit)
+    assert list(out) == ["w0", "w1", "all"] and len(seen) == 2
+    for w, rows in zip(("w0", "w1"), seen):
+        held = (two["phase"] == "replay") & (two["workload"] == w)
+        assert len(rows) == int((~held).sum()) and not (rows["workload"] == w).any()
+        assert [e.n for e in out[w]] == [e.n for e in step_errors(cal, two[held].reset_index(drop=True))]
+    by = {e.regime: e for e in out["all"]}
+    for e in out["w0"]:
+        other = next(x for x in out["w1"] if x.regime == e.regime)
+        assert by[e.regime].n == e.n + other.n
+        assert by[e.regime].mape == pytest.approx((e.mape * e.n + other.mape * other.n) / (e.n + other.n))
+    assert workload_out_errors(df, fit) == {} and len(seen) == 2  # no workload column: nothing to leave out
+    assert workload_out_errors(two.assign(workload="w0"), fit) == {}  # one workload: nothing to fit on
+    two.to_parquet(tmp_path / "two.parquet", index=False)
+    re = main(["--model", "tiny-llama", "--from-steps", str(tmp_path / "two.parquet"), "--gpu", "cpu",
+               "--overlap", "off", "--workload-out", "--out", str(tmp_path / "wo.json")])
+    notes = json.loads(re.provenance.notes)
+    assert set(notes["workload_out_error"]) == {"w0", "w1", "all"}
+    assert notes["workload_out_error"]["all"]["decode"]["n"] == int(((two["phase"] == "replay")
+                                                                       & (two["num_prefills"] == 0)).sum())
