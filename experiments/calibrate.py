@@ -31,7 +31,7 @@ from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import DENSE_MODELS, predict_span, regime_of
-from twinserve.simulator.cost.linear import assume_token_graph_mode
+from twinserve.simulator.cost.linear import assume_token_graph_mode, profile_workload
 from twinserve.simulator.cost.timeline import ran_overlapped
 
 
@@ -90,15 +90,15 @@ def workload_out_errors(steps: pd.DataFrame, fit: Any) -> dict[str, list[RegimeE
     steps next to ones it was fitted on; this scores it on a workload it never saw, as the
     simulator meets one. Keys: the workloads, then ``"all"`` (their rows pooled: MAPE weighted by
     rows, bias by time). Empty without a ``workload`` column or with fewer than two workloads."""
-    if "workload" not in steps or "phase" not in steps:
+    if "phase" not in steps:
         return {}
-    replay = steps["phase"].astype(str).eq("replay") & steps["workload"].notna()
-    names = sorted(str(w) for w in steps.loc[replay, "workload"].unique())
+    label = profile_workload(steps).where(steps["phase"].astype(str).eq("replay"), "")
+    names = sorted(set(label) - {""})
     if len(names) < 2:
         return {}
     out: dict[str, list[RegimeError]] = {}
     for w in names:
-        held = replay & steps["workload"].astype(str).eq(w)
+        held = label.eq(w)
         cal = fit(steps[~held].reset_index(drop=True))
         out[w] = step_errors(cal, steps[held].reset_index(drop=True))
     pooled = []
@@ -110,6 +110,11 @@ def workload_out_errors(steps: pd.DataFrame, fit: Any) -> dict[str, list[RegimeE
                                       sum(e.bias * e.n for e in errs) / n, n))
     out["all"] = pooled
     return out
+
+
+def _error_notes(errs: Sequence[RegimeError]) -> dict[str, dict[str, Any]]:
+    """Regime errors as the notes record them: {regime: {mape, bias, n}}, rounded."""
+    return {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n} for e in errs}
 
 
 def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
@@ -145,11 +150,9 @@ def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: s
     if "phase" in steps:
         extra["rows_by_phase"] = {str(k): int(v) for k, v in steps["phase"].value_counts().items()}
         rep = steps[steps["phase"] == "replay"]
-        extra["replay_error"] = {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n}
-                                 for e in step_errors(cal, rep)}
+        extra["replay_error"] = _error_notes(step_errors(cal, rep))
     if workload_out:
-        extra["workload_out_error"] = {w: {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n}
-                                           for e in errs} for w, errs in workload_out_errors(steps, fit).items()}
+        extra["workload_out_error"] = {w: _error_notes(errs) for w, errs in workload_out_errors(steps, fit).items()}
     cal.provenance.notes = json.dumps(extra, sort_keys=True, default=str)
     return cal
 

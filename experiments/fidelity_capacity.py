@@ -18,9 +18,8 @@ from typing import Sequence
 
 import pandas as pd
 
-# Overrides of a run folder that the burst replaces (the offered rate and the trace window) or
-# that belong to the engine side.
-_DROPPED = ("backend=", "backend.", "kv.num_pages=", "workload.rate=", "workload.duration_s=")
+# Overrides of a run folder that the burst replaces: the offered rate and the trace window.
+_BURST_REPLACES = ("workload.rate=", "workload.duration_s=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +47,10 @@ def sim_capacity(run_dir: Path, requests: int, extra: Sequence[str] = ()) -> flo
     from twinserve.experiments.backends.base import RunContext
     from twinserve.experiments.backends.sim import SimBackend
     from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain
-    from twinserve.experiments.compare import sim_matching_engine
+    from twinserve.experiments.fidelity_report import sim_overrides
     from twinserve.experiments.fidelity_suite import compose
-    from twinserve.experiments.run import load_run
 
-    ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
-    _, steps, summary = load_run(run_dir)
-    sim = [o for o in ov if not o.lstrip("+~").startswith(_DROPPED)]
-    sim += ["backend=sim", *sim_matching_engine(steps, summary), "workload.rate=1", "workload.duration_s=100000",
-            *extra]
+    sim = sim_overrides(run_dir, drop=_BURST_REPLACES, extra=("workload.rate=1", "workload.duration_s=100000", *extra))
     cfg = plain(compose(sim))
     shape = model_shape(cfg["model"])
     wl = build_workload(cfg["workload"], shape.vocab_size).head(requests).scale_time(0.0)

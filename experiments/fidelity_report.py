@@ -20,17 +20,30 @@ from twinserve.experiments.fidelity_capacity import capacity_rows, write_capacit
 from twinserve.experiments.fidelity_suite import compose
 
 
+ENGINE_SIDE = ("backend=", "backend.", "kv.num_pages=")  # a run folder's overrides the simulator replaces
+
+
+def sim_overrides(run_dir: Path, drop: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+    """A run folder's overrides for the simulator: without the engine side's (`ENGINE_SIDE`)
+    and those starting with ``drop``, with ``backend=sim``, the settings that match the engine
+    run (`compare.sim_matching_engine`) and ``extra`` last."""
+    from twinserve.experiments.compare import sim_matching_engine
+    from twinserve.experiments.run import load_run
+
+    ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
+    _, steps, summary = load_run(run_dir)
+    sim = [o for o in ov if not o.lstrip("+~").startswith((*ENGINE_SIDE, *drop))]
+    return [*sim, "backend=sim", *sim_matching_engine(steps, summary), *extra]
+
+
 def resimulate(run_dir: Path, out_dir: Path, extra: Sequence[str] = (),
                host_speed: bool = False) -> tuple[pd.DataFrame, Any]:
     """Rerun one engine run folder's overrides on the simulator and write the comparison;
     ``host_speed``: with the engine run's own measured host speed replayed (a diagnostic)."""
-    from twinserve.experiments.compare import sim_matching_engine, write_report
-    from twinserve.experiments.run import load_run, run_experiment
+    from twinserve.experiments.compare import write_report
+    from twinserve.experiments.run import run_experiment
 
-    ov = json.loads((run_dir / "overrides.json").read_text())["overrides"]
-    _, steps, summary = load_run(run_dir)
-    sim = [o for o in ov if not o.lstrip("+~").startswith(("backend=", "backend.", "kv.num_pages="))]
-    sim += ["backend=sim", *sim_matching_engine(steps, summary), *extra]
+    sim = sim_overrides(run_dir, extra=extra)
     if host_speed:
         sim.append(f"backend.host_speed_from={run_dir.resolve()}")
     run_experiment(compose(sim), out_dir / "sim")
@@ -132,7 +145,8 @@ def run_report(args: argparse.Namespace) -> Path:
 
     out = Path(args.out)
     rows = []
-    for model, d in suite_runs(Path(args.runs)):
+    runs = suite_runs(Path(args.runs))
+    for model, d in runs:
         dest = out / f"{model}_{d.name}"
         print(f"[fidelity] {model} {d.name}", file=sys.stderr, flush=True)
         table, _ = resimulate(d, dest, args.sim_overrides, host_speed=args.host_speed)
@@ -140,7 +154,6 @@ def run_report(args: argparse.Namespace) -> Path:
             shutil.rmtree(dest / "sim")
         rows.append(table_row(model, d, table))
     print(write_table(rows, out, "fidelity"))
-    runs = suite_runs(Path(args.runs))
     caps = [c for model in dict.fromkeys(m for m, _ in runs)
             for c in capacity_rows(Path(args.runs) / model, [d for m, d in runs if m == model], args.sim_overrides)]
     if caps:

@@ -14,7 +14,7 @@ from twinserve.simulator.cost.calibration import (
 from twinserve.simulator.cost.host_fit import fit_host
 from twinserve.simulator.cost.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
-    term_matrix, token_graph_split, with_derived_features,
+    profile_workload, term_matrix, token_graph_split, with_derived_features,
 )
 from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
@@ -306,16 +306,12 @@ def wave_folds(steps: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     rows with no workload, one more) when ``rows`` hold at least `WAVE_MIN_GROUPS` of them;
     else `fold_ids` of their own seed (`WAVE_FOLD_SEED`), so that the choice leaves the fit's
     random stream, and with it every other fold of the calibration, as it was without waves."""
-    if "workload" in steps.columns:
-        grid = (steps["phase"].astype(str).eq("grid") if "phase" in steps.columns
-                else pd.Series(False, index=steps.index))
-        group = steps["workload"].astype(object).where(steps["workload"].notna() & ~grid, "")
-        codes = pd.factorize(group.astype(str))[0]
-        if len(np.unique(codes[rows])) >= WAVE_MIN_GROUPS:
-            _, dense = np.unique(codes[rows], return_inverse=True)
-            out = np.full(len(rows), -1, dtype=np.int64)
-            out[rows] = dense
-            return out
+    codes = pd.factorize(profile_workload(steps))[0]
+    if len(np.unique(codes[rows])) >= WAVE_MIN_GROUPS:
+        _, dense = np.unique(codes[rows], return_inverse=True)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        out[rows] = dense
+        return out
     return fold_ids(len(rows), np.random.default_rng(WAVE_FOLD_SEED), rows=rows)
 
 

@@ -113,6 +113,15 @@ def _token_graph_rows(steps: pd.DataFrame) -> pd.Series:
     return steps["graph_tokens"].fillna(0) > 0
 
 
+def profile_workload(steps: pd.DataFrame) -> pd.Series:
+    """Per row, the workload a profile replayed there (its ``workload`` column), or "" for the
+    step grid (``phase == "grid"``) and rows without one; all "" without a ``workload`` column."""
+    if "workload" not in steps.columns:
+        return pd.Series("", index=steps.index)
+    grid = steps["phase"].astype(str).eq("grid") if "phase" in steps.columns else pd.Series(False, index=steps.index)
+    return steps["workload"].astype(object).where(steps["workload"].notna() & ~grid, "").astype(str)
+
+
 def token_graph_split(steps: pd.DataFrame) -> TokenGraphSplit | None:
     """Where ``steps``' prefill and mixed steps went from token graphs to eager (by
     ``eager_step``; `with_derived_features` gives profiles without it one), or None when the
