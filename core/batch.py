@@ -107,6 +107,19 @@ def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_toke
     return replay and not _decode_graph(num_decodes, decode_only, max_graph_bs) and padded_tokens > max_running
 
 
+def attn_tile_of(graph_replay: Any, num_decodes: Any, num_seqs: Any, num_tokens: Any, gqa_group: int) -> Any:
+    """The query-tile rows that FlashInfer's prefill plan (fa2) gives every sequence of a step
+    whose attention it plans outside a CUDA graph: a step with prefill rows that is not one
+    whole-step replay (it runs the pieces, or no graph). The plan sizes its tiles from the
+    average packed query length, ``num_tokens * gqa_group // num_seqs`` (``num_seqs >= 1``):
+    128 rows over 64, 64 rows over 16, else 16; each decode of the step then computes a whole
+    tile over its context. 0 for a decode-only step (the decode kernel) and for a whole-step
+    replay (its graph plan: `wide_tiles_of`). On ints or arrays alike."""
+    avg = (num_tokens * gqa_group) // num_seqs
+    tile = 16 + 48 * (avg > 16) + 64 * (avg > 64)
+    return (1 - graph_replay) * (num_decodes < num_seqs) * tile
+
+
 def graph_features(num_tokens: int, num_decodes: int, num_seqs: int, max_graph_bs: int = 256,
                    piecewise_max_tokens: int = 2048, token_graph_mode: str = "hybrid",
                    max_running: int = 256, decode_heavy: bool = True) -> tuple[int, int, int, int]:
@@ -171,7 +184,9 @@ class BatchFeatures:
     batch. ``wide_tiles`` is 1 for such a replay of a prefill or mixed step padded to more
     tokens than ``max_running``: its FlashInfer graph plan (``max_running`` sequences) then gives
     every sequence a 128-row query tile, so each decode row computes a whole tile over its
-    context (`wide_tiles_of`). ``piece_step`` (derived, not a field: `piece_step_of`) is 1 for a
+    context (`wide_tiles_of`). ``attn_tile`` is the query-tile rows of the step's attention plan
+    when it is planned outside a graph (`attn_tile_of`: 16, 64 or 128; 0 for a decode-only step
+    or a whole-step replay). ``piece_step`` (derived, not a field: `piece_step_of`) is 1 for a
     step that is neither one replay nor eager: it runs the pieces.
     """
 
@@ -190,6 +205,7 @@ class BatchFeatures:
     eager_step: int = 0
     graph_replay: int = -1
     wide_tiles: int = 0
+    attn_tile: int = 0
 
     @property
     def piece_step(self) -> int:
@@ -244,6 +260,7 @@ class Batch:
     token_graph_mode: str = "hybrid"
     max_running: int = 256
     hybrid_decode_heavy: bool = True
+    gqa_group: int = 1
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -294,4 +311,5 @@ class Batch:
             eager_step=eager,
             graph_replay=replay,
             wide_tiles=wide,
+            attn_tile=attn_tile_of(replay, nd, len(self.reqs), new_tokens, self.gqa_group),
         )

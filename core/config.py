@@ -28,6 +28,8 @@ class SchedulerConfig:
       tokens), for ``graph_replay``;
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
       ``max_running`` tokens (`batch.hybrid_replays_whole`; false for engines built before it).
+    - ``gqa_group``: query heads per KV head on one rank, for the ``attn_tile`` feature
+      (`batch.attn_tile_of`); the backends set it from the model (`ModelShape.gqa_group`).
     """
 
     max_num_batched_tokens: int = 8192
@@ -42,13 +44,14 @@ class SchedulerConfig:
     piecewise_max_tokens: int = 2048
     token_graph_mode: str = "hybrid"
     hybrid_decode_heavy: bool = True
+    gqa_group: int = 1
 
     def validate(self) -> None:
         if self.token_graph_mode not in TOKEN_GRAPH_MODES:
             raise ValueError(f"SchedulerConfig.token_graph_mode must be one of {TOKEN_GRAPH_MODES}, "
                              f"got {self.token_graph_mode!r}")
         for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",
-                     "max_model_len"):
+                     "max_model_len", "gqa_group"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.chunk_size > self.max_num_batched_tokens:

@@ -54,6 +54,11 @@ class ModelShape:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    def gqa_group(self, tp: int = 1) -> int:
+        """Query heads per KV head on one of ``tp`` ranks (query heads split evenly; KV heads
+        split, or one replicated per rank when there are fewer than ``tp``)."""
+        return max(1, (self.num_heads // tp) // -(-self.num_kv_heads // tp))
+
     def layer_params(self) -> int:
         h = self.hidden_size
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h

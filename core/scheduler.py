@@ -204,7 +204,7 @@ class Scheduler:
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs, self._shared_ctx(nodes, cached),
                      self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running,
-                     self.config.hybrid_decode_heavy)
+                     self.config.hybrid_decode_heavy, self.config.gqa_group)
 
     def _shared_ctx(self, nodes: list, cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that

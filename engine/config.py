@@ -9,7 +9,7 @@ from twinserve.core.config import SchedulerConfig
 
 # SchedulerConfig fields the engine decides itself (from the pool and the model).
 ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens", "token_graph_mode",
-                "hybrid_decode_heavy")
+                "hybrid_decode_heavy", "gqa_group")
 # ... of which a run config's ``scheduler`` group sets these `EngineConfig` fields (the pool size
 # comes from ``kv``), with their types.
 _OWNED_KNOBS = {"page_size": int, "max_graph_bs": int, "piecewise_max_tokens": int, "token_graph_mode": str,
@@ -105,9 +105,11 @@ class EngineConfig:
     checked: bool = False
     cpu_chase: bool = False
 
-    def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True) -> SchedulerConfig:
+    def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True,
+                         gqa_group: int = 1) -> SchedulerConfig:
         """The scheduler's config: ``self.scheduler`` with the engine-owned fields set (the
-        piecewise-graph cap is 0 when the engine captures no graphs, ``graphs=False``)."""
+        piecewise-graph cap is 0 when the engine captures no graphs, ``graphs=False``;
+        ``gqa_group``: the model's query heads per KV head on one rank)."""
         src = self.scheduler
         if isinstance(src, SchedulerConfig):
             values = {f.name: getattr(src, f.name) for f in fields(SchedulerConfig)}
@@ -118,7 +120,8 @@ class EngineConfig:
                 raise ValueError(f"unknown scheduler fields: {sorted(unknown)}")
         values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs,
                       piecewise_max_tokens=self.piecewise_max_tokens if graphs else 0,
-                      token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy)
+                      token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy,
+                      gqa_group=gqa_group)
         values["max_model_len"] = min(int(values.get("max_model_len", max_model_len)), max_model_len)
         cfg = SchedulerConfig(**values)
         cfg.validate()

@@ -98,7 +98,8 @@ class RankExecutor:
         num_pages = agree_pages(int(local_pages))
         self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
-        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len, graphs)
+        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len, graphs,
+                                                                  max(1, local_heads // local_kv))
 
         max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
         spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,

@@ -56,8 +56,9 @@ def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
 
 
 def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:
-    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size) and the model's
-    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
+    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size), the model's
+    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings) and its GQA group
+    on one rank (`ModelShape.gqa_group`)."""
     knobs = {f.name for f in fields(SchedulerConfig)}
     values = {k: v for k, v in cfg["scheduler"].items() if k in knobs}
     kv = cfg.get("kv", {})
@@ -67,6 +68,7 @@ def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> 
                                                 int(kv.get("dtype_bytes", 2)))
     values["num_pages"] = int(num_pages)
     values["max_model_len"] = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
+    values["gqa_group"] = shape.gqa_group(int(cfg.get("tp", 1)))
     sc = SchedulerConfig(**values)
     sc.validate()
     return sc

@@ -31,7 +31,7 @@ from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
 from twinserve.simulator.cost.fit import DENSE_MODELS, predict_span, regime_of
-from twinserve.simulator.cost.linear import assume_token_graph_mode, profile_workload
+from twinserve.simulator.cost.linear import assume_token_graph_mode, profile_workload, with_attn_tile
 from twinserve.simulator.cost.timeline import ran_overlapped
 
 
@@ -115,6 +115,17 @@ def workload_out_errors(steps: pd.DataFrame, fit: Any) -> dict[str, list[RegimeE
 def _error_notes(errs: Sequence[RegimeError]) -> dict[str, dict[str, Any]]:
     """Regime errors as the notes record them: {regime: {mape, bias, n}}, rounded."""
     return {e.regime: {"mape": round(e.mape, 4), "bias": round(e.bias, 4), "n": e.n} for e in errs}
+
+
+def recorded_gqa_group(model: str, tp: int) -> int | None:
+    """The GQA group on one rank of the model named ``model`` (a preset, or a directory with its
+    config.json), for step records that lack the ``attn_tile`` column; None when neither."""
+    from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape
+
+    p = Path(model) / "config.json"
+    if p.is_file():
+        return ModelShape.from_hf_config(json.loads(p.read_text()), name=Path(model).name).gqa_group(tp)
+    return MODEL_SHAPES[model].gqa_group(tp) if model in MODEL_SHAPES else None
 
 
 def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
@@ -230,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
         if args.token_graph_mode:
             steps = assume_token_graph_mode(steps, args.token_graph_mode)
         info: dict[str, Any] = {"from_steps": str(args.from_steps)}
+        if "attn_tile" not in steps:  # recorded before the engine logged it: from the model
+            group = recorded_gqa_group(args.model, args.tp)
+            if group is not None:
+                steps = with_attn_tile(steps, group)
+                info["attn_tile_from_gqa_group"] = group
         model = Path(args.model).name if Path(args.model).is_dir() else args.model
         gpu = args.gpu or "cpu"
         dtype = args.dtype if args.dtype != "auto" else "unknown"

@@ -29,14 +29,22 @@ EAGER_TERMS: tuple[str, ...] = ("eager_step", "eager_step*num_seqs", "eager_step
 EAGER_DECODE_TERM = "eager_step*decode_ctx"  # mixed steps: the eager attention over the decodes
 # A prefill step that runs the pieces (``piece_step``: a graph per piece, the attention eager
 # between them) waits at each of its layers' boundaries for the host's next call: a constant of
-# its own (prefill only; in mixed steps it did not lower the held-out error).
+# its own (prefill only; in mixed steps it did not lower the held-out error); and its attention,
+# planned outside a graph, lasts as its longest sequence's tiles do at a rate of its own
+# (`PIECE_PREFILL_CTX_TERM`: long single prompts, which a whole-step graph never runs).
 PIECE_PREFILL_TERM = "piece_step"
+PIECE_PREFILL_CTX_TERM = "piece_step*max_ctx"
+# A mixed step whose attention is planned outside a graph (it runs the pieces or no graph) gives
+# every decode FlashInfer's query tile of 16, 64 or 128 rows (``attn_tile``, `core.batch.attn_tile_of`),
+# and a decode computes its whole tile over its context: its context costs more in 64- and more
+# again in 128-row tiles (hinges at 16 and 64, so that the 128-row cost is at least the 64-row one).
+TILE_TERMS: tuple[str, ...] = ("attn_tile>16*decode_ctx", "attn_tile>64*decode_ctx")
 DEFAULT_TERMS: Mapping[str, Sequence[str]] = {
     "decode": ("1", "num_seqs", "decode_ctx", "padded_decodes"),
     "prefill": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx",
-                *EAGER_TERMS, PIECE_PREFILL_TERM),
+                *EAGER_TERMS, PIECE_PREFILL_TERM, PIECE_PREFILL_CTX_TERM),
     "mixed": ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "decode_ctx",
-              "wide_tiles*decode_ctx", "max_ctx", *EAGER_TERMS, EAGER_DECODE_TERM),
+              "wide_tiles*decode_ctx", "max_ctx", *EAGER_TERMS, EAGER_DECODE_TERM, *TILE_TERMS),
 }
 DEFAULT_CPU_TERMS: Sequence[str] = ("1", "num_seqs", "new_tokens")
 # How the default terms model the dense layers' time against their rows (``padded_tokens``) in

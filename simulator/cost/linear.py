@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, piece_step_of
+from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, attn_tile_of, piece_step_of
 from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
                                                   term_factors)
 from twinserve.simulator.cost.nnls import nnls
@@ -167,12 +167,13 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
-    ``graph_replay``, ``wide_tiles`` and derived ``piece_step`` (`core.batch.piece_step_of`)
-    columns; profiles recorded before them get what held
+    ``graph_replay``, ``wide_tiles``, ``attn_tile`` and derived ``piece_step``
+    (`core.batch.piece_step_of`) columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
     `graph_replays`; wide tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of
-    256)."""
+    256; no tile, 0: a profile does not record the model's GQA group, `with_attn_tile` adds the
+    column from it)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
@@ -187,7 +188,22 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
         decode_graph = _decode_graph_rows(steps) & (steps["num_decodes"] <= 256)
         padded = add["padded_tokens"] if "padded_tokens" in add else steps["padded_tokens"]
         add["wide_tiles"] = (replay & ~decode_graph & (padded > 256)).astype(np.int64)
+    if "attn_tile" not in steps:
+        add["attn_tile"] = np.zeros(len(steps), dtype=np.int64)
     out = steps.assign(**add) if add else steps
     if "piece_step" not in out:  # derived, never recorded
         out = out.assign(piece_step=piece_step_of(out["graph_replay"], out["eager_step"]).astype(np.int64))
     return out
+
+
+def with_attn_tile(steps: pd.DataFrame, gqa_group: int) -> pd.DataFrame:
+    """``steps`` with the ``attn_tile`` column the engine records (`core.batch.attn_tile_of`),
+    computed from its other columns for a model of ``gqa_group`` query heads per KV head on a
+    rank, when it lacks one (steps recorded before the field); else ``steps`` unchanged."""
+    if "attn_tile" in steps:
+        return steps
+    replay = with_derived_features(steps)["graph_replay"].to_numpy(np.int64)
+    tile = attn_tile_of(replay, steps["num_decodes"].to_numpy(np.int64),
+                        np.maximum(steps["num_seqs"].to_numpy(np.int64), 1),
+                        steps["new_tokens"].to_numpy(np.int64), int(gqa_group))
+    return steps.assign(attn_tile=np.asarray(tile, dtype=np.int64))

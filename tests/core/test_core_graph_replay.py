@@ -1,8 +1,10 @@
-"""Which steps the engine runs as one CUDA-graph replay (`core.batch.replays_one_graph`), and the
-``graph_replay`` feature the scheduler records for the simulator's host model."""
+"""Which steps the engine runs as one CUDA-graph replay (`core.batch.replays_one_graph`), the
+``graph_replay`` feature the scheduler records for the simulator's host model, and the query
+tiles of the steps whose attention is planned outside a graph (``attn_tile``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, BatchFeatures, replays_one_graph
@@ -130,3 +132,51 @@ def test_hybrid_replays_whole_only_up_to_its_full_graphs_largest_size():
     assert hybrid_replays_whole(1, top, top, 256) and not hybrid_replays_whole(1, top + 100, top + 128, 256)
     assert hybrid_replays_whole(top // 4, top, top, 4096)  # decode-heavy (4 tokens a sequence)
     assert not hybrid_replays_whole(top // 2, top + 100, top + 128, 4096)
+
+
+@pytest.mark.parametrize("tokens,seqs,group,want", [
+    (8, 1, 2, 16),      # 16 packed rows: 16-row tiles
+    (9, 1, 2, 64),      # 18: over 16
+    (32, 1, 2, 64),     # 64: not over 64
+    (33, 1, 2, 128),    # 66
+    (300, 101, 2, 16),  # a decode-heavy step: 600 // 101 = 5
+    (8292, 104, 2, 128),
+    (300, 101, 4, 16),  # the same step under a GQA group of 4: 1200 // 101 = 11
+    (300, 11, 4, 128),  # 1200 // 11 = 109
+])
+def test_attn_tile_follows_flashinfers_plan_rule(tokens, seqs, group, want):
+    from twinserve.core.batch import attn_tile_of
+
+    decodes = seqs - 1
+    assert attn_tile_of(0, decodes, seqs, tokens, group) == want
+    assert attn_tile_of(1, decodes, seqs, tokens, group) == 0       # a whole-step replay: its graph plan
+    assert attn_tile_of(0, seqs, seqs, seqs, group) == 0            # decode only: the decode kernel
+    arr = attn_tile_of(np.array([0, 1]), np.array([decodes] * 2), np.array([seqs] * 2),
+                       np.array([tokens] * 2), group)
+    assert list(arr) == [want, 0]
+
+
+def test_the_scheduler_gives_its_batches_the_models_gqa_group():
+    from twinserve.core.batch import Batch
+
+    class R:  # just what Batch.features reads
+        pass
+
+    reqs = [R() for _ in range(3)]
+    args = (0, reqs, [0, 100, 200], [40, 1, 1], [True] * 3, [0] * 3, [False, True, True])
+    # 42 tokens over 3 sequences: 14 (group 1, 16-row tiles), 28 (group 2, 64), 84 (group 6, 128)
+    for group, want in ((1, 16), (2, 64), (6, 128)):
+        f = Batch(*args, token_graph_mode="piecewise", gqa_group=group).features()
+        assert (f.graph_replay, f.attn_tile) == (0, want)
+    assert Batch(*args, token_graph_mode="full", gqa_group=6).features().attn_tile == 0
+    sched_cfg = SchedulerConfig(gqa_group=0)
+    with pytest.raises(ValueError, match="gqa_group"):
+        sched_cfg.validate()
+
+
+def test_a_models_gqa_group_is_per_rank():
+    from twinserve.core.model_shapes import get_shape
+
+    assert get_shape("qwen3-0.6b").gqa_group() == 2 and get_shape("llama3-8b").gqa_group() == 4
+    assert get_shape("llama3-8b").gqa_group(2) == 4      # heads and KV heads both split
+    assert get_shape("llama3-8b").gqa_group(16) == 2     # 8 KV heads on 16 ranks: one each, replicated

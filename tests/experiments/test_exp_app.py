@@ -282,3 +282,17 @@ def test_plain_loop_lags_arrivals_for_a_model_of_an_overlapping_engine(make_cfg:
     assert auto["mean_ttft_ms"] > off["mean_ttft_ms"]  # a request waits for the batch after next
     with pytest.raises(ValueError, match="lag_arrivals"):
         run_experiment(make_cfg("backend.lag_arrivals=sometimes"), tmp_path / "bad")
+
+
+def test_the_simulators_scheduler_takes_the_models_gqa_group(make_cfg: Any) -> None:
+    """The simulator's batches plan their attention tiles (``attn_tile``) with the model's query
+    heads per KV head on one rank, as the engine's do: qwen3-0.6b 2, llama3-8b 4 (also at TP=2)."""
+    from omegaconf import OmegaConf
+
+    from twinserve.experiments.build import hardware_spec, model_shape, scheduler_config
+
+    def group(*ov: str) -> int:
+        cfg = OmegaConf.to_container(make_cfg(*ov), resolve=True)
+        return scheduler_config(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"])).gqa_group
+
+    assert group("model=qwen3-0.6b") == 2 and group("model=llama3-8b") == 4 and group("model=llama3-8b", "tp=2") == 4

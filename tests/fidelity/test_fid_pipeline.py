@@ -70,6 +70,27 @@ def test_refit_from_steps_matches(calibration, tmp_path):
     assert cal2.regimes["decode"].coef == pytest.approx(cal.regimes["decode"].coef)
 
 
+def test_steps_recorded_without_the_attention_tile_get_it_from_the_model(calibration, tmp_path):
+    """The engine records each step's ``attn_tile`` (`core.batch.attn_tile_of`, its model's GQA
+    group on a rank: tiny-llama's 4 heads over 2 KV heads); steps recorded before it get the
+    same column from the model named to `calibrate`, and the refit is the same."""
+    from twinserve.core.batch import attn_tile_of
+    from twinserve.experiments.calibrate import main
+
+    _, _, steps, cal = calibration
+    df = pd.read_parquet(steps)
+    want = attn_tile_of(df["graph_replay"].to_numpy(), df["num_decodes"].to_numpy(), df["num_seqs"].to_numpy(),
+                        df["new_tokens"].to_numpy(), 2)
+    assert (df["attn_tile"].to_numpy() == want).all() and (df["attn_tile"] > 0).any()
+    old = tmp_path / "old.parquet"
+    df.drop(columns=["attn_tile"]).to_parquet(old)
+    cal2 = main(["--model", "tiny-llama", "--from-steps", str(old), "--gpu", "cpu", "--overlap", "off",
+                 "--out", str(tmp_path / "old.json")])
+    assert json.loads(cal2.provenance.notes)["attn_tile_from_gqa_group"] == 2
+    for name, fit in cal.regimes.items():
+        assert cal2.regimes[name].coef == pytest.approx(fit.coef), name
+
+
 def test_refit_on_chosen_rows(calibration, tmp_path):
     from twinserve.experiments.calibrate import main
 

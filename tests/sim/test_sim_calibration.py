@@ -126,6 +126,28 @@ def test_prefill_steps_that_run_the_pieces_get_a_constant_of_their_own() -> None
     assert fit_calibration(steps, Provenance("h200", "llama3-8b", 1), terms=plain).regimes["prefill"].mape > 1e-3
 
 
+def test_decodes_in_wide_eager_tiles_get_terms_of_their_own() -> None:
+    """Mixed steps whose attention plan gives every decode a 64- or 128-row query tile
+    (``attn_tile``) and whose decode context costs that much more: `TILE_TERMS` take exactly
+    the extra per context token, and the fit without them cannot follow those steps."""
+    from twinserve.simulator.cost.fit import DEFAULT_TERMS, TILE_TERMS
+
+    steps = _eager_marked(synthetic_steps(1500, 7))
+    mixed = (steps["num_prefills"] > 0) & (steps["num_decodes"] > 0)
+    tile = np.where(mixed, np.random.default_rng(7).choice([0, 16, 64, 128], len(steps)), 0)
+    steps = steps.assign(attn_tile=tile)
+    extra = (1e-10 * np.maximum(tile - 16, 0) + 2e-10 * np.maximum(tile - 64, 0)) * steps["decode_ctx"]
+    steps["duration"] += extra
+    assert ((tile == 64) & mixed).sum() > 50 and ((tile == 128) & mixed).sum() > 50
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1))
+    got = dict(zip(cal.regimes["mixed"].terms, cal.regimes["mixed"].coef))
+    assert got[TILE_TERMS[0]] == pytest.approx(1e-10, rel=1e-6) and got[TILE_TERMS[1]] == pytest.approx(2e-10, rel=1e-6)
+    assert got["decode_ctx"] == pytest.approx(TRUE["mixed"]["decode_ctx"], rel=1e-6)
+    assert cal.regimes["mixed"].mape < 1e-9
+    plain = {**DEFAULT_TERMS, "mixed": tuple(t for t in DEFAULT_TERMS["mixed"] if t not in TILE_TERMS)}
+    assert fit_calibration(steps, Provenance("h200", "llama3-8b", 1), terms=plain).regimes["mixed"].mape > 1e-3
+
+
 def test_fit_reports_cross_validated_error_and_residual_spread() -> None:
     cal = fit_calibration(synthetic_steps(1500, 1, noise=0.05), Provenance("h200", "llama3-8b", 1))
     for fit in cal.regimes.values():
