@@ -119,13 +119,16 @@ def _error_notes(errs: Sequence[RegimeError]) -> dict[str, dict[str, Any]]:
 
 def recorded_gqa_group(model: str, tp: int) -> int | None:
     """The GQA group on one rank of the model named ``model`` (a preset, or a directory with its
-    config.json), for step records that lack the ``attn_tile`` column; None when neither."""
-    from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape
+    config.json: `build.model_shape`), for step records that lack the ``attn_tile`` column; None
+    when it is neither."""
+    from twinserve.experiments.build import model_shape
 
-    p = Path(model) / "config.json"
-    if p.is_file():
-        return ModelShape.from_hf_config(json.loads(p.read_text()), name=Path(model).name).gqa_group(tp)
-    return MODEL_SHAPES[model].gqa_group(tp) if model in MODEL_SHAPES else None
+    is_dir = (Path(model) / "config.json").is_file()
+    try:
+        shape = model_shape({"name": Path(model).name if is_dir else model, "path": model if is_dir else None})
+    except KeyError:  # not a preset
+        return None
+    return shape.gqa_group(tp)
 
 
 def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
