@@ -54,6 +54,8 @@ class Engine:
     ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
     whose dense layers replayed piecewise graphs; 0 otherwise) and, with ``cpu_chase``,
     ``host_cpu`` (the vCPU the host thread was pinned to at launch; -1 before the first move).
+A step launched after the engine sat idle also has ``wake_s``: from the arrival of the first
+request ``add`` got while idle to the ``step()`` call that launched it (NaN on other steps).
 
     Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
     scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them
@@ -105,6 +107,7 @@ class Engine:
         self._inflight: tuple[InFlight, StepRecord] | None = None
         self._reported: dict[int, int] = {}
         self._pending: list[StepOutput] = []
+        self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
         self.chaser = CpuChaser() if cfg.cpu_chase else None
 
     @property
@@ -122,6 +125,7 @@ class Engine:
             raise RuntimeError("reset_clock() needs an idle engine")
         self.runner.mark_origin()
         self._t0 = time.perf_counter()
+        self._idle_arrival = None
 
     def add(self, req: Req) -> None:
         """Queue a request; ValueError for bad params, out-of-vocab ids or a too-long request."""
@@ -129,6 +133,8 @@ class Engine:
         prompt = req.prompt
         if int(prompt.min()) < 0 or int(prompt.max()) >= self.model_config.vocab_size:
             raise ValueError(f"request {req.rid}: prompt token ids must lie in [0, {self.model_config.vocab_size})")
+        if self._idle_arrival is None and not self.has_work():
+            self._idle_arrival = req.arrival
         self.scheduler.add(req)
         self._reported[req.rid] = 0
 
@@ -167,6 +173,9 @@ class Engine:
                              device_busy=float(fl.device_busy))
             if self.chaser is not None:
                 rec.extra["host_cpu"] = float(self.chaser.cpu)
+            if self._idle_arrival is not None:
+                rec.extra["wake_s"] = max(0.0, t - self._t0 - self._idle_arrival)
+                self._idle_arrival = None
             launched = (fl, rec)
         if self._inflight is not None:
             outs += self._complete(*self._inflight)

@@ -192,6 +192,9 @@ def summary_lines(cal: Calibration) -> list[str]:
         lines.append(f"  host tail           {tail}{tail_err}")
         lines.append(f"  host slow episodes: {100 * h.slow_share:.1f}% of steps, {h.slow_factor:.2f}x slower "
                      f"(left out of the fits)")
+        lines.append(f"  host wake:          {1e3 * h.wake.coef[0]:.3f} ms arrival to loop (n={h.wake.n}), "
+                     f"+{1e3 * h.wake_launch.coef[0]:.3f} ms launch after > {1e3 * h.wake_idle_s:.0f} ms idle "
+                     f"(n={h.wake_launch.n})")
     notes = json.loads(cal.provenance.notes or "{}")
     for name, e in (notes.get("replay_error") or {}).items():
         lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable, Generator
 
 import numpy as np
@@ -167,18 +168,26 @@ class Replica:
 
         Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits), slowed by
         ``host_speed`` at the iteration's start when one is given; a request
-        arriving during iteration k is first scheduled in iteration k+1, as in the engine. No
-        fast-forward here (a batch is always in flight)."""
+        arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
+        an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
+        and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
+        work for the first step it launches. No fast-forward here (a batch is always in flight)."""
         env, sched, cost = self.env, self.sched, self.cost
         prev: tuple[Batch, Any, float, float, float] | None = None  # batch, rec, dev start, end, complete
         dev_end = -math.inf
+        wake = cost.wake_parts()
+        woke_launch = 0.0  # extra launch work of the first step after a long idle wait
         while True:
             t = env.now
             batch = sched.schedule(t)
             if batch is None and prev is None:
+                idle_from = env.now
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
+                if wake.delay > 0.0:
+                    yield env.timeout(wake.delay)
+                woke_launch = wake.launch if env.now - idle_from > wake.idle_s else 0.0
                 continue
             t_host = t
             launched = None
@@ -186,6 +195,9 @@ class Replica:
             if batch is not None:
                 f = batch.features()
                 hp = self._host_parts(f, t)
+                if woke_launch:
+                    hp = replace(hp, launch=hp.launch + woke_launch)
+                    woke_launch = 0.0
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()

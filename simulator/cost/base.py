@@ -109,6 +109,17 @@ class HostParts:
     post: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class WakeParts:
+    """What the engine's loop pays for having sat idle, in seconds: ``delay`` from the arrival
+    that ends the wait to the loop's next iteration, and ``launch``, extra launch work of that
+    iteration's step when the wait lasted longer than ``idle_s``. Invariant: all >= 0."""
+
+    delay: float = 0.0
+    launch: float = 0.0
+    idle_s: float = 0.0
+
+
 class CostModel(ABC):
     """How long one scheduler step takes on a backend that does not exist here.
 
@@ -157,6 +168,11 @@ class CostModel(ABC):
         """The step's host time split the way the engine's overlap loop spends it (the
         simulator's ``pipeline`` loop uses it). Default: all of ``cpu_time`` is launch work."""
         return HostParts(0.0, self.cpu_time(f), 0.0, 0.0)
+
+    def wake_parts(self) -> WakeParts:
+        """The loop's cost of waking from an idle wait (the ``pipeline`` loop pays it). Default:
+        nothing."""
+        return WakeParts()
 
     # ---- many steps (fast-forward) --------------------------------------------------------
     def step_times(self, feats: Sequence[BatchFeatures] | FeatureColumns) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from twinserve.core.batch import BatchFeatures
-from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max
+from twinserve.simulator.cost.base import COST_MODELS, CostModel, FeatureScalars, HostParts, Max, WakeParts
 from twinserve.simulator.cost.calibration import (
     WAVE_COUNT, Calibration, LinearFit, factor_value, term_factors,
 )
@@ -144,6 +144,14 @@ class CalibratedCostModel(CostModel):
         pre = max(float(hp["pre"](x, max)), 0.0) if graph and h.sync_graph else 0.0
         post = max(float(hp["post"](x, max)), 0.0) if graph else 0.0
         return HostParts(*parts, graph=graph, sync=sync, device=self._device_only(f, regime), pre=pre, post=post)
+
+    def wake_parts(self) -> WakeParts:
+        h = self.calibration.host
+        if h is None:
+            return WakeParts()
+        one = BatchFeatures()
+        delay, launch = (max(float(_Linear(fit)(FeatureScalars(one), max)), 0.0) for fit in (h.wake, h.wake_launch))
+        return WakeParts(delay, launch, max(float(h.wake_idle_s), 0.0))
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

@@ -179,7 +179,10 @@ class HostFit:
     after its replay was enqueued (sampling, the token copy), which runs beside the graph on
     the device. ``slow_share`` / ``slow_factor``: the share
     of profiled steps in slow-host episodes, left out of the fits, and their mean slowdown
-    (`host_episodes`); ``slow_episode_s`` their mean length in seconds."""
+    (`host_episodes`); ``slow_episode_s`` their mean length in seconds. After the loop sat idle:
+    ``wake``, from the arrival that ends the wait to the loop's start (the engine's ``wake_s``),
+    and ``wake_launch``, the extra launch work of the first step when the loop had been idle
+    longer than ``wake_idle_s`` (the other parts are fitted on steps without such a wait)."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
@@ -193,6 +196,9 @@ class HostFit:
     slow_share: float = 0.0
     slow_factor: float = 1.0
     slow_episode_s: float = 0.0
+    wake: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    wake_launch: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    wake_idle_s: float = 0.005
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
@@ -200,7 +206,8 @@ class HostFit:
 
     def fits(self) -> list[LinearFit]:
         """Every linear model of the host side (each part, each regime's launch)."""
-        return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, *self.launch.values()]
+        return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, self.wake, self.wake_launch,
+                *self.launch.values()]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
@@ -211,7 +218,9 @@ class HostFit:
                    post=LinearFit(**d.get("post", zero)),
                    sync_graph=bool(d.get("sync_graph", False)), sync_eager=bool(d.get("sync_eager", False)),
                    slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)),
-                   slow_episode_s=float(d.get("slow_episode_s", 0.0)))
+                   slow_episode_s=float(d.get("slow_episode_s", 0.0)),
+                   wake=LinearFit(**d.get("wake", zero)), wake_launch=LinearFit(**d.get("wake_launch", zero)),
+                   wake_idle_s=float(d.get("wake_idle_s", 0.005)))
 
 
 @dataclass(slots=True)

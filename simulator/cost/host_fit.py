@@ -12,6 +12,10 @@ things the plain per-part fits would get wrong are handled here:
   Fitted as ``launch_end - mark = max(pre, backlog) + launch`` where ``backlog = prev_end -
   mark``: ``launch`` on steps whose backlog exceeds a whole idle launch, ``pre`` on the steps
   that found the device idle.
+- **Waking from an idle wait.** The first step after the loop sat idle longer than
+  ``WAKE_IDLE_S`` launches slower (a cold host); those launches are left out of the launch fits and
+  their median excess launch work is ``wake_launch``; the median of the engine's ``wake_s``
+  (arrival to the loop's start) is ``wake``, where the records have it.
 - **Where a graph starts.** The device may start a graph once its replay is enqueued
   (``replay_end``); the launch's remaining host work (``post``: sampling, the token copy) runs
   beside it, fitted as ``launch_end - replay_end`` on the graph steps that record it.
@@ -47,6 +51,8 @@ HOST_TRIM = 0.05          # share of the worst rows (relative residual) left out
 IDLE_BACKLOG_S = 1e-5     # a graph launch "found the device idle" below this backlog
 MIN_IDLE_ROWS = 20        # fewer idle graph launches than this: no pre part is fitted
 EPISODE_ROUNDS = 3        # detect episodes, refit without them, detect again ...
+WAKE_IDLE_S = 0.005       # an idle wait longer than this makes the next step a woken one
+MIN_WAKE_ROWS = 10        # fewer woken steps (or wake_s values) than this: that wake part is 0
 
 
 def loop_overhead(steps: pd.DataFrame) -> pd.Series:
@@ -70,6 +76,53 @@ def loop_overhead(steps: pd.DataFrame) -> pd.Series:
         o = nxt - end
         out.loc[g.index] = o
     return out
+
+
+def idle_before(steps: pd.DataFrame) -> pd.Series:
+    """Per step, how long the loop sat idle before the iteration that launched it: from the
+    previous step's tokens + ``complete`` to this ``iter_start``, on steps that found no decode
+    running (prefill-only); NaN elsewhere and on a run's first step. Rows are in execution
+    order; a run ends where ``iter_start`` goes back."""
+    out = pd.Series(np.nan, index=steps.index)
+    for _, g in steps.groupby(runs_of(steps), sort=False):
+        g = g.sort_values("iter_start", kind="stable")
+        te = (g["tokens_at"] + g["complete_s"]).shift(1)
+        gap = g["iter_start"] - te
+        out.loc[g.index] = gap.where(g["num_decodes"].eq(0) & (gap >= 0))
+    return out
+
+
+def _wake_fits(st: pd.DataFrame, y: "_Targets", fit: HostFit, tl: pd.DataFrame | None,
+               woke: np.ndarray) -> tuple[LinearFit, LinearFit]:
+    """``(wake, wake_launch)`` of `HostFit`: the median ``wake_s`` and the median launch work
+    of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against the
+    regime's launch plus a waiting graph's ``pre``), each 0 with fewer than ``MIN_WAKE_ROWS``."""
+    zero = LinearFit(["1"], [0.0])
+    wake = zero
+    if "wake_s" in st:
+        w = st["wake_s"].to_numpy(np.float64)
+        w = w[np.isfinite(w) & (w >= 0)]
+        if len(w) >= MIN_WAKE_ROWS:
+            wake = LinearFit(["1"], [float(np.median(w))], None, len(w), 0)
+    rows = woke & np.isfinite(st["launch_end"].to_numpy(np.float64))
+    if rows.sum() < MIN_WAKE_ROWS:
+        return wake, zero
+    sub = st.loc[rows]
+    if tl is not None:
+        t = tl.reindex(sub.index)
+        measured = (sub["launch_end"] - t["mark"]).to_numpy(np.float64)
+        graph = t["graph"].to_numpy(bool)
+    else:
+        measured = sub["launch_s"].to_numpy(np.float64)
+        graph = np.zeros(len(sub), dtype=bool)
+    pred = _launch_pred(fit, sub, y.regime[rows])
+    if fit.sync_graph:
+        pred = pred + np.where(graph, fit_values(fit.pre, sub), 0.0)
+    extra = measured - pred
+    extra = extra[np.isfinite(extra)]
+    if len(extra) < MIN_WAKE_ROWS:
+        return wake, zero
+    return wake, LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, len(extra), 0)
 
 
 def _log_ratio(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -118,6 +171,11 @@ class _Targets:
         self.launch = np.where(graph & ~(backlog > thr), np.nan, self.launch)
         self.idle, self.whole = idle, whole
 
+    def leave_out_launches(self, rows: np.ndarray) -> None:
+        """Keep ``rows``' launches out of the launch and ``pre`` fits (the woken steps)."""
+        self.launch = np.where(rows, np.nan, self.launch)
+        self.idle = self.idle & ~rows
+
 
 @dataclass(slots=True)
 class HostFitResult:
@@ -149,9 +207,15 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     if len(st) < 10:
         return HostFitResult(None, none)
     y = _Targets(steps, st, tl, sync)
+    woke = (idle_before(st) > WAKE_IDLE_S).to_numpy()
+    y.leave_out_launches(woke)
     slow = np.zeros(len(st), dtype=bool)
     fit = _fit_parts(st, y, ~slow, rng, terms)
-    if fit is None or not episodes:
+    if fit is None:
+        return HostFitResult(fit, none)
+    if not episodes:
+        fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)
+        fit.wake_idle_s = WAKE_IDLE_S
         return HostFitResult(fit, none)
     for _ in range(EPISODE_ROUNDS):  # detect against the fit of the rows outside, refit
         found, factor = slow_episodes(st, _host_ratio(st, y, fit))
@@ -159,6 +223,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             break
         slow = found
         fit = _fit_parts(st, y, ~slow, rng, terms) or fit
+    fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)
+    fit.wake_idle_s = WAKE_IDLE_S
     if not slow.any():
         return HostFitResult(fit, none)
     fit.slow_share = float(slow.mean())

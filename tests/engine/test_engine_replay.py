@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from twinserve.core.request import ReqState
 from twinserve.core.workload import shared_prefix, synthetic
 from twinserve.engine.config import EngineConfig
@@ -51,3 +53,20 @@ def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
     cached = {r.rid: r.max_cached for r in reqs}
     cached_plain = {r.rid: r.max_cached for r in plain}
     assert all(cached[i] == 32 and cached_plain[i] == 16 for i in second)
+
+
+def test_a_step_after_the_engine_sat_idle_records_how_late_it_woke(tiny_model_dir):
+    """Requests 0.25 s apart with 3 tokens each: every one finds the engine idle, so the step
+    that prefills it carries ``wake_s`` (arrival to that step's ``step()`` call) and no other
+    step does."""
+    w = synthetic(num_requests=3, rate=4.0, prompt_len=20, output_len=3, seed=1, vocab_size=32000)
+    specs = list(w)
+    assert all(b.arrival - a.arrival > 0.4 for a, b in zip(specs, specs[1:]))
+    cfg = EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=2048)
+    reqs, steps = replay_workload(cfg, w, progress=False)
+    woke = [st for st in steps if "wake_s" in st.extra]
+    assert len(woke) == len(reqs) == 3
+    assert all(st.features.num_prefills == 1 and st.features.num_decodes == 0 for st in woke)
+    for st, r in zip(woke, reqs):
+        assert st.extra["iter_start"] == pytest.approx(r.arrival + st.extra["wake_s"], abs=1e-9)
+        assert 0.0 <= st.extra["wake_s"] < 0.25

@@ -51,7 +51,8 @@ def poisson() -> Callable[..., Workload]:
 def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     slow: tuple[int, int] | None = None, slow_factor: float = 2.0,
                     idle_every: int = 0, post: float | None = None, pieces_every: int = 0,
-                    piece_launch: float = 0.0) -> pd.DataFrame:
+                    piece_launch: float = 0.0, wake_every: int = 0, wake_launch: float = 0.0,
+                    wake_s: float = 0.0) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
@@ -62,17 +63,25 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
     graph replay is enqueued that long (times the slow factor) before the launch ends, and the
     graph starts from then (``replay_end`` recorded); None: at the launch's end, no column.
     ``pieces_every``: every such step is recorded as one that ran the pieces (``graph_replay``
-    and ``eager_step`` 0; the others ``graph_replay`` 1) and launches ``piece_launch`` longer."""
+    and ``eager_step`` 0; the others ``graph_replay`` 1) and launches ``piece_launch`` longer.
+    ``wake_every``: every such iteration (from the first) follows an idle wait instead: the
+    previous step's tokens are delivered, the loop sleeps 10 ms, and the step is a lone prefill
+    (no decodes) that launches ``wake_launch`` longer and records ``wake_s``."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for i in range(n):
         f = slow_factor if slow is not None and slow[0] <= i < slow[1] else 1.0
         if idle_every and i and i % idle_every == 0:
             t += 3e-3
+        woke = bool(wake_every) and i > 0 and i % wake_every == 0
+        if woke:
+            prev["tokens_at"] = max(t, prev["dev_end"])
+            t = max(t, prev["tokens_at"] + prev["complete_s"]) + 10e-3
+            prev = None
         b = int(rng.integers(1, 64))
         pieces = bool(pieces_every) and i % pieces_every == 1
         sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
-        launch += f * piece_launch * pieces
+        launch += f * piece_launch * pieces + wake_launch * woke
         g = 1e-3 + 2e-5 * b
         mark = t + sched
         d0 = max(dev_end, mark)
@@ -86,6 +95,8 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                    tokens_at=np.nan, dev_start=d0, dev_end=d1)
         if post is not None:
             row["replay_end"] = enq
+        if woke:
+            row.update(num_decodes=0, num_prefills=1, prefill_tokens=b, prefill_ctx=b, decode_ctx=0, wake_s=wake_s)
         if pieces_every:
             row.update(graph_replay=int(not pieces), eager_step=0)
         dev_end = d1

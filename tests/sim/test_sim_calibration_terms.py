@@ -249,7 +249,8 @@ def test_the_derived_piece_step_is_a_term_on_steps_columns_and_profiles(tmp_path
 
 
 def test_features_list_what_every_host_part_reads() -> None:
-    """``Calibration.features`` names the features of each host fit, ``post`` and ``tail`` too."""
+    """``Calibration.features`` names the features of each host fit, ``post``, ``tail`` and the
+    wake parts too."""
     from twinserve.simulator.cost.calibration import HostFit
 
     parts = {k: LinearFit(["1"], [1e-4]) for k in ("sched", "complete", "loop")}
@@ -259,7 +260,7 @@ def test_features_list_what_every_host_part_reads() -> None:
                       {"decode": LinearFit(["1"], [1e-3]), "prefill": LinearFit(["1", "new_tokens"], [2e-3, 2e-6])},
                       CpuFit(["1"], [0.0]), host=host)
     assert cal.features == ["max_ctx", "new_tokens", "num_decodes"]
-    assert len(host.fits()) == 8 and host.post in host.fits() and host.tail in host.fits()
+    assert len(host.fits()) == 10 and all(f in host.fits() for f in (host.post, host.tail, host.wake, host.wake_launch))
 
 
 def test_the_wave_size_is_chosen_one_profiled_workload_out() -> None:

@@ -253,3 +253,32 @@ def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_sp
                       decode_ctx=24500, prefill_ctx=100, prefill_attn=5050, padded_decodes=49, max_ctx=500,
                       graph_replay=0)
     assert model.host_parts(f).tail == pytest.approx(a + b * 50, rel=1e-9)
+
+
+def test_the_first_step_after_an_idle_wait_gets_its_own_wake_parts(timeline_steps, tmp_path) -> None:
+    from twinserve.simulator.cost.host_fit import WAKE_IDLE_S, idle_before
+
+    steps = timeline_steps(1500, 4, wake_every=50, wake_launch=1.2e-3, wake_s=250e-6)
+    woke = steps.index[steps["num_decodes"] == 0]
+    gap = idle_before(steps)
+    assert (gap.loc[woke] > WAKE_IDLE_S).all() and gap.drop(woke).isna().all()
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    assert h.wake_launch.n == len(woke) and h.wake_launch.coef[0] == pytest.approx(1.2e-3, rel=1e-6)
+    assert h.wake.n == len(woke) and h.wake.coef[0] == pytest.approx(250e-6)
+    assert h.wake_idle_s == WAKE_IDLE_S
+    # the other parts are fitted on the steps without a wait: the launch's base is untouched
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-6)
+    # without the column there is no delay; with fewer woken steps than MIN_WAKE_ROWS, no extra
+    assert fit_host(steps.drop(columns="wake_s"), np.random.default_rng(0)).fit.wake.coef == [0.0]
+    few = timeline_steps(300, 4, wake_every=50, wake_launch=1.2e-3, wake_s=250e-6)
+    hf = fit_host(few, np.random.default_rng(0), tl=timeline_frame(few)).fit
+    assert hf.wake_launch.coef == [0.0] and hf.wake.coef == [0.0]
+    # through a calibration file to the simulator's cost model
+    cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1))
+    path = cal.save(tmp_path / "c.json")
+    wake = COST_MODELS.create("calibrated", calibration=str(path)).wake_parts()
+    assert (wake.delay, wake.launch, wake.idle_s) == pytest.approx((250e-6, 1.2e-3, WAKE_IDLE_S), rel=1e-6)
+    old = Calibration.load(path).to_dict()
+    for k in ("wake", "wake_launch", "wake_idle_s"):
+        del old["host"][k]
+    assert COST_MODELS.create("calibrated", calibration=Calibration.from_dict(old)).wake_parts().launch == 0.0

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from twinserve.core.batch import BatchFeatures
 from twinserve.core.workload import WORKLOADS
-from twinserve.simulator.cost.base import CostModel, HostParts
+from twinserve.simulator.cost.base import CostModel, HostParts, WakeParts
 
 
 def test_pipelined_replica_serves_everything_one_step_later(run_sim, poisson) -> None:
@@ -120,3 +121,42 @@ def test_plain_loop_lag_schedules_an_arrival_one_boundary_later(run_sim) -> None
         req = r.requests.set_index("rid")
         first[lag] = req["scheduled_s"].to_numpy()
     assert np.allclose(first[False], [0.0, 0.01]) and np.allclose(first[True], [0.0, 0.02])
+
+
+class _Waking(_Fixed):
+    """`_Fixed`, and waking from an idle wait costs 0.3 ms before the loop runs and 9 ms more
+    launch work for its first step (eager: the device then ends 2 + 9 ms after the mark, not 10)
+    when the wait lasted over ``idle_s``."""
+
+    def __init__(self, idle_s: float) -> None:
+        super().__init__()
+        self.idle_s = idle_s
+
+    def wake_parts(self) -> WakeParts:
+        return WakeParts(delay=0.0003, launch=0.009, idle_s=self.idle_s)
+
+
+def test_the_loop_pays_for_waking_from_an_idle_wait(run_sim) -> None:
+    """Two requests, the second long after the first has finished: its timeline is the
+    hand-worked one above shifted by the 0.3 ms delay. After a wait longer than ``idle_s`` its
+    first step launches 11 ms (host free at 0.3 + 1 + 11 = 12.3 ms, the device done then too),
+    iteration 2 starts at 12.8 and launches until 15.8, when step 1's tokens are delivered;
+    the later tokens come every 10 ms from step 2's device end (13.8 + 10 = 23.8). The first
+    request, there at the start, waited for nothing."""
+    wl = WORKLOADS.create("poisson", num_requests=2, rate=1.0, seed=0, prompt_len=32,
+                          output_len=5).with_vocab(1024)
+
+    def times(cost: CostModel) -> list[np.ndarray]:
+        r = run_sim(wl, cost=cost, num_pages=64, page_size=16, pipeline=True, checked=True)
+        return [np.asarray(row["token_times"]) - row["arrival_s"] for _, row in r.requests.sort_values("rid").iterrows()]
+
+    hand = np.array([0.011, 0.021, 0.031, 0.041, 0.051])
+    plain = times(_Fixed())
+    assert plain[0] == pytest.approx(hand) and plain[1] == pytest.approx(hand)
+    first, second = list(wl)
+    assert second.arrival - first.arrival > 0.1  # the first finished long before
+    short = times(_Waking(idle_s=10.0))
+    assert short[0] == pytest.approx(hand) and short[1] == pytest.approx(0.0003 + hand)
+    long = times(_Waking(idle_s=0.001))
+    assert long[0] == pytest.approx(hand)
+    assert long[1] == pytest.approx([0.0158, 0.0238, 0.0338, 0.0438, 0.0538])
