@@ -54,8 +54,8 @@ class Engine:
     ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
     whose dense layers replayed piecewise graphs; 0 otherwise) and, with ``cpu_chase``,
     ``host_cpu`` (the vCPU the host thread was pinned to at launch; -1 before the first move).
-A step launched after the engine sat idle also has ``wake_s``: from the arrival of the first
-request ``add`` got while idle to the ``step()`` call that launched it (NaN on other steps).
+    A step launched after the engine sat idle also has ``wake_s``: from the arrival of the first
+    request ``add`` got while idle to the ``step()`` call that launched it (NaN on other steps).
 
     Tensor parallelism (``tp_size > 1``): this process is rank 0 and the only one with a
     scheduler; it starts ranks 1..N-1 (`TPLeader`) and sends each step's `StepInputs` to them

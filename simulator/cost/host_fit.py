@@ -92,7 +92,7 @@ def idle_before(steps: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _wake_fits(st: pd.DataFrame, y: "_Targets", fit: HostFit, tl: pd.DataFrame | None,
+def _wake_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
                woke: np.ndarray) -> tuple[LinearFit, LinearFit]:
     """``(wake, wake_launch)`` of `HostFit`: the median ``wake_s`` and the median launch work
     of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against the
@@ -213,11 +213,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     fit = _fit_parts(st, y, ~slow, rng, terms)
     if fit is None:
         return HostFitResult(fit, none)
-    if not episodes:
-        fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)
-        fit.wake_idle_s = WAKE_IDLE_S
-        return HostFitResult(fit, none)
-    for _ in range(EPISODE_ROUNDS):  # detect against the fit of the rows outside, refit
+    for _ in range(EPISODE_ROUNDS if episodes else 0):  # detect against the fit of the rows outside, refit
         found, factor = slow_episodes(st, _host_ratio(st, y, fit))
         if found.all() or np.array_equal(found, slow):
             break

@@ -56,7 +56,7 @@ def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
 
 
 def test_a_step_after_the_engine_sat_idle_records_how_late_it_woke(tiny_model_dir):
-    """Requests 0.25 s apart with 3 tokens each: every one finds the engine idle, so the step
+    """Requests over 0.4 s apart with 3 tokens each: every one finds the engine idle, so the step
     that prefills it carries ``wake_s`` (arrival to that step's ``step()`` call) and no other
     step does."""
     w = synthetic(num_requests=3, rate=4.0, prompt_len=20, output_len=3, seed=1, vocab_size=32000)
