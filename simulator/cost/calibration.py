@@ -168,6 +168,9 @@ class CpuFit(LinearFit):
     overlap: bool = True
 
 
+WAKE_IDLE_S = 0.005  # an idle wait longer than this makes the next step a woken one (`HostFit`)
+
+
 @dataclass(slots=True)
 class HostFit:
     """The host side of the engine's overlap loop, one linear model per part (see
@@ -198,7 +201,7 @@ class HostFit:
     slow_episode_s: float = 0.0
     wake: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     wake_launch: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
-    wake_idle_s: float = 0.005
+    wake_idle_s: float = WAKE_IDLE_S
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
@@ -220,7 +223,7 @@ class HostFit:
                    slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)),
                    slow_episode_s=float(d.get("slow_episode_s", 0.0)),
                    wake=LinearFit(**d.get("wake", zero)), wake_launch=LinearFit(**d.get("wake_launch", zero)),
-                   wake_idle_s=float(d.get("wake_idle_s", 0.005)))
+                   wake_idle_s=float(d.get("wake_idle_s", WAKE_IDLE_S)))
 
 
 @dataclass(slots=True)

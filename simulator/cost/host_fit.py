@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost.calibration import HostFit, LinearFit
+from twinserve.simulator.cost.calibration import WAKE_IDLE_S, HostFit, LinearFit
 from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
 from twinserve.simulator.cost.linear import (
     REGIME_NAMES, fit_linear, fit_values, regime_of, with_derived_features,
@@ -51,7 +51,6 @@ HOST_TRIM = 0.05          # share of the worst rows (relative residual) left out
 IDLE_BACKLOG_S = 1e-5     # a graph launch "found the device idle" below this backlog
 MIN_IDLE_ROWS = 20        # fewer idle graph launches than this: no pre part is fitted
 EPISODE_ROUNDS = 3        # detect episodes, refit without them, detect again ...
-WAKE_IDLE_S = 0.005       # an idle wait longer than this makes the next step a woken one
 MIN_WAKE_ROWS = 10        # fewer woken steps (or wake_s values) than this: that wake part is 0
 
 
@@ -219,8 +218,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             break
         slow = found
         fit = _fit_parts(st, y, ~slow, rng, terms) or fit
-    fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)
-    fit.wake_idle_s = WAKE_IDLE_S
+    fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)  # wake_idle_s: the default, WAKE_IDLE_S
     if not slow.any():
         return HostFitResult(fit, none)
     fit.slow_share = float(slow.mean())
