@@ -30,7 +30,7 @@ from twinserve.core.batch import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
-from twinserve.simulator.cost.fit import DENSE_MODELS, predict_span, regime_of
+from twinserve.simulator.cost.fit import DENSE_MODELS, descheduled_steps, predict_span, regime_of
 from twinserve.simulator.cost.linear import assume_token_graph_mode, profile_workload, with_attn_tile
 from twinserve.simulator.cost.timeline import ran_overlapped
 
@@ -150,17 +150,23 @@ def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: s
     a factor per decode graph size besides its offset, `cost.fit._fit_with_bucket_lines`); non-positive
     durations are dropped. The notes (JSON) carry ``notes`` plus the error on the replay rows
     (``phase == "replay"``) when present, and with ``workload_out`` each workload's error under a
-    fit without it (`workload_out_errors`; one more fit per workload)."""
+    fit without it (`workload_out_errors`; one more fit per workload). On ``gpu`` "cpu" (the CPU
+    engine's records) steps whose thread was descheduled are left out of the device fits
+    (`cost.fit.descheduled_steps`; their count is in the notes as ``descheduled``)."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
+    host_device = gpu == "cpu"
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
                       date=dt.date.today().isoformat(), command=command)
 
     def fit(rows: pd.DataFrame) -> Calibration:
-        return fit_calibration(rows, prov, overlap=overlap, seed=seed, dense=dense, bucket_scales=decode_scales)
+        return fit_calibration(rows, prov, overlap=overlap, seed=seed, dense=dense, bucket_scales=decode_scales,
+                               host_device=host_device)
 
     cal = fit(steps)
     extra = dict(notes or {})
     extra["rows"] = int(len(steps))
+    if host_device:
+        extra["descheduled"] = int(descheduled_steps(steps).sum())
     if "phase" in steps:
         extra["rows_by_phase"] = {str(k): int(v) for k, v in steps["phase"].value_counts().items()}
         rep = steps[steps["phase"] == "replay"]
@@ -196,6 +202,9 @@ def summary_lines(cal: Calibration) -> list[str]:
                      f"+{1e3 * h.wake_launch.coef[0]:.3f} ms launch after > {1e3 * h.wake_idle_s:.0f} ms idle "
                      f"(n={h.wake_launch.n})")
     notes = json.loads(cal.provenance.notes or "{}")
+    if "descheduled" in notes:
+        lines.append(f"  descheduled steps:  {notes['descheduled']} of {notes['rows']} "
+                     f"(the engine thread off the CPU; left out of the device fits)")
     for name, e in (notes.get("replay_error") or {}).items():
         lines.append(f"  replay {name:8s} MAPE {100 * e['mape']:.2f}% bias {100 * e['bias']:+.2f}% (n={e['n']})")
     for w, errs in (notes.get("workload_out_error") or {}).items():

@@ -84,6 +84,13 @@ SHARED_MIN_SHARE = 0.02
 # An eager step in a slow-host episode is still fitted when its span exceeds this many times
 # its launch (the device, not the host, set its pace).
 DEVICE_BOUND_RATIO = 2.0
+# On a host device (the CPU engine: no accelerator, the forward runs on the engine's thread) a
+# step whose wall span exceeds this many times the thread's CPU time over its launch
+# (``launch_cpu_s``) had the thread descheduled for part of it (a busy neighbour, the OS): its
+# span measures the machine, not the step, and it is left out of the fits and errors
+# (`descheduled_steps`). Undisturbed CPU steps measure 0.93-1.0 (the launch's CPU time also covers
+# the step's host work around the forward).
+DESCHEDULED_RATIO = 1.2
 # How long the device of a step that is not one graph replay (eager, or the pieces) runs past
 # its launch at the least: ``tail`` = a + b * num_seqs (the work left after the host's last
 # launch call grows with the step's sequences), (a, b) chosen on these grids for the lowest span
@@ -116,6 +123,7 @@ def fit_calibration(
     bucket_scales: bool = True,
     episodes: bool = True,
     dense: str = "hinge",
+    host_device: bool = False,
 ) -> Calibration:
     """Fit one linear model per regime to the device time of ``steps`` (one row per step with the
     ``BatchFeatures`` columns, as ``StepRecord.as_row`` writes them, and ``duration``).
@@ -142,7 +150,10 @@ def fit_calibration(
     reads those terms in decode waves of a size chosen inside each fold (`_choose_wave`;
     `calibration.wave_padded`) when one lowers the held-out error enough. The file records
     where the profile's prefill and mixed steps went from token graphs to eager
-    (`linear.token_graph_split`), so that a simulation with another cap can be told.
+    (`linear.token_graph_split`), so that a simulation with another cap can be told. With
+    ``host_device`` (steps of the CPU engine), steps whose thread was descheduled
+    (`descheduled_steps`) are left out of the device fits and errors, unless a regime would keep
+    fewer than ``min_rows``: then all of its steps are fitted.
     """
     if dense not in DENSE_MODELS:
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
@@ -177,7 +188,7 @@ def fit_calibration(
             host.sync_graph, host.sync_eager = sync
     else:
         y_all = steps["duration"].to_numpy(dtype=np.float64)
-        usable = np.ones(len(steps), dtype=bool)
+        usable = ~descheduled_steps(steps) if host_device else np.ones(len(steps), dtype=bool)
     models: dict[str, tuple[np.ndarray, _RegimeModel, _Params, np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, rterms in terms.items():
         sel = regime == name
@@ -237,6 +248,16 @@ def fit_calibration(
                        decode_offsets={str(k): v for k, v in offsets.items()},
                        decode_scales={str(k): v for k, v in scales.items()},
                        token_graphs=token_graph_split(steps))
+
+
+def descheduled_steps(steps: pd.DataFrame) -> np.ndarray:
+    """Per row of a host device's steps: whether its span exceeds `DESCHEDULED_RATIO` times the
+    engine thread's CPU time over its launch (``launch_cpu_s``), i.e. the thread was off the CPU
+    for part of the step. All False without that column; a row without a value is kept."""
+    if "launch_cpu_s" not in steps:
+        return np.zeros(len(steps), dtype=bool)
+    cpu = steps["launch_cpu_s"].to_numpy(np.float64)
+    return (cpu > 0) & (steps["duration"].to_numpy(np.float64) > DESCHEDULED_RATIO * cpu)
 
 
 @dataclass(slots=True)

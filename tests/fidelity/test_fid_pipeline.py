@@ -59,6 +59,7 @@ def test_calibration_file_has_provenance_and_errors(calibration):
     assert d["cpu"]["overlap"] is False                    # the CPU engine runs without overlap
     notes = json.loads(p["notes"])
     assert notes["replay_error"]["decode"]["n"] > 0
+    assert 0 <= notes["descheduled"] <= notes["rows"]     # CPU records: descheduled steps counted
 
 
 def test_refit_from_steps_matches(calibration, tmp_path):

@@ -159,6 +159,35 @@ def test_fit_reports_cross_validated_error_and_residual_spread() -> None:
     assert q[0.95] == pytest.approx(np.exp(1.645 * 0.05), abs=0.02)
 
 
+def test_host_device_steps_whose_thread_was_descheduled_are_left_out() -> None:
+    """CPU engine records: a step whose wall span is well over the thread's CPU time over its
+    launch had the thread off the CPU (a busy neighbour); its span says nothing of the step.
+    With ``host_device`` the fit leaves such rows out and recovers the exact model; without it
+    (a GPU's records, where the device span is not CPU time) they are fitted and spoil it."""
+    from twinserve.simulator.cost.fit import descheduled_steps
+
+    steps = _eager_marked(synthetic_steps(900, 4))
+    steps["launch_cpu_s"] = steps["duration"] * 1.02   # undisturbed: CPU time ~ the span
+    hit = np.random.default_rng(0).random(len(steps)) < 0.1
+    steps.loc[hit, "duration"] *= 8.0                   # descheduled for 7/8 of the span
+    assert (descheduled_steps(steps) == hit).all()
+    prov = Provenance("cpu", "tiny-llama", 1)
+    cal = fit_calibration(steps, prov, overlap=False, host_device=True)
+    for regime, coefs in TRUE.items():
+        fit = cal.regimes[regime]
+        got = dict(zip(fit.terms, fit.coef))
+        for term, c in coefs.items():
+            assert got[term] == pytest.approx(c, rel=1e-6, abs=1e-15), (regime, term)
+        assert fit.mape < 1e-9 and fit.n == int(((steps.index % 3 == ("decode", "prefill", "mixed").index(regime))
+                                                 & ~hit).sum())
+    spoiled = fit_calibration(steps, prov, overlap=False)
+    assert all(spoiled.regimes[r].mape > 0.05 for r in TRUE)
+    # a regime with too few undisturbed steps is fitted on all of them rather than dropped
+    steps.loc[steps["num_prefills"] == 0, "duration"] *= 8.0
+    few = fit_calibration(steps, prov, overlap=False, host_device=True)
+    assert few.regimes["decode"].n == 300 and few.regimes["decode"].mape < 0.1
+
+
 def test_fit_needs_decode_and_prefill_rows() -> None:
     df = synthetic_steps(90, 0)
     with pytest.raises(ValueError, match="prefill"):
