@@ -165,6 +165,7 @@ def test_host_device_steps_whose_thread_was_descheduled_are_left_out() -> None:
     With ``host_device`` the fit leaves such rows out and recovers the exact model; without it
     (a GPU's records, where the device span is not CPU time) they are fitted and spoil it."""
     from twinserve.simulator.cost.fit import descheduled_steps
+    from twinserve.simulator.cost.linear import regime_of
 
     steps = _eager_marked(synthetic_steps(900, 4))
     steps["launch_cpu_s"] = steps["duration"] * 1.02   # undisturbed: CPU time ~ the span
@@ -178,8 +179,7 @@ def test_host_device_steps_whose_thread_was_descheduled_are_left_out() -> None:
         got = dict(zip(fit.terms, fit.coef))
         for term, c in coefs.items():
             assert got[term] == pytest.approx(c, rel=1e-6, abs=1e-15), (regime, term)
-        assert fit.mape < 1e-9 and fit.n == int(((steps.index % 3 == ("decode", "prefill", "mixed").index(regime))
-                                                 & ~hit).sum())
+        assert fit.mape < 1e-9 and fit.n == int(((regime_of(steps) == regime).to_numpy() & ~hit).sum())
     spoiled = fit_calibration(steps, prov, overlap=False)
     assert all(spoiled.regimes[r].mape > 0.05 for r in TRUE)
     # a regime with too few undisturbed steps is fitted on all of them rather than dropped
