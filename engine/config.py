@@ -66,8 +66,11 @@ class EngineConfig:
       verifies every free (tests).
     - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
       processes (cuda:i+r for ``device="cuda:i"``; all on the CPU with gloo for ``device="cpu"``);
-      ``tp_timeout_s``: the longest any collective, rendezvous or step may take before the group
-      is declared failed (`twinserve.engine.tp.errors.TPGroupError`). With ``tp_size > 1`` decode
+      ``tp_timeout_s``: the longest any collective or step may take before the group is
+      declared failed (`twinserve.engine.tp.errors.TPGroupError`); ``tp_start_timeout_s``: the
+      longest the group's startup may take (followers starting Python and torch, joining the
+      rendezvous, building their shard, agreeing on the KV pool), kept apart so that a short
+      step limit does not also cut a slow start. With ``tp_size > 1`` decode
       runs eager unless ``tp_cuda_graphs`` (experimental: the one two-GPU run so far hung with
       graphs on; see engine/README.md).
     """
@@ -101,6 +104,7 @@ class EngineConfig:
     seed: int = 0
     tp_size: int = 1
     tp_timeout_s: float = 300.0
+    tp_start_timeout_s: float = 600.0
     tp_cuda_graphs: bool = False
     checked: bool = False
     cpu_chase: bool = False

@@ -54,7 +54,7 @@ def serve(spec: GroupSpec, rank: int) -> None:
         torch.cuda.set_device(device)
     receiver = StepReceiver(spec.workdir, rank)
     store = dist.TCPStore("127.0.0.1", spec.store_port, spec.world_size, False,
-                          timeout=timedelta(seconds=spec.timeout_s))
+                          timeout=timedelta(seconds=spec.start_timeout_s))
     store.set(f"hello/{rank}", str(os.getpid()))
     backend = make_backend(store, rank, spec.world_size, device, spec.timeout_s)
     group = group_over(backend, rank, spec.world_size)

@@ -3,7 +3,8 @@
 Rank 0 is the process that owns the `Engine` (the user's process offline, the engine worker in
 the server). It starts ranks 1..N-1 as ``python -m twinserve.engine.tp.follower`` children,
 hosts the rendezvous store, builds its own backend, sends every step on the control channel and
-watches the children: a dead child, a failed collective or a step that does not finish within
+watches the children: a dead child, a startup that does not finish within
+``tp_start_timeout_s``, a failed collective or a step that does not finish within
 ``tp_timeout_s`` raises `TPGroupError` on rank 0 and stops the whole group.
 """
 
@@ -86,6 +87,7 @@ class TPLeader:
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
         self.size = int(cfg.tp_size)
         self.timeout_s = float(cfg.tp_timeout_s)
+        self.start_timeout_s = float(cfg.tp_start_timeout_s)
         self.device = device
         self._children = _Children(workdir=tempfile.mkdtemp(prefix="twinserve-tp-"))
         self._finalizer = weakref.finalize(self, _Children.kill, self._children)
@@ -95,9 +97,10 @@ class TPLeader:
             torch.set_num_threads(max(1, torch.get_num_threads() // self.size))
         else:
             torch.cuda.set_device(device)
-        self.store = dist.TCPStore("127.0.0.1", 0, self.size, True, timeout=timedelta(seconds=self.timeout_s),
+        self.store = dist.TCPStore("127.0.0.1", 0, self.size, True, timeout=timedelta(seconds=self.start_timeout_s),
                                    wait_for_workers=False)
         self.spec = GroupSpec(cfg, self.size, int(self.store.port), self._children.workdir, self.timeout_s,
+                              self.start_timeout_s,
                               torch.get_num_threads(), os.getpid())
         spec_path = os.path.join(self._children.workdir, "spec.pkl")
         with open(spec_path, "wb") as f:
@@ -106,7 +109,7 @@ class TPLeader:
             self._children.procs[r] = subprocess.Popen(
                 [sys.executable, "-m", "twinserve.engine.tp.follower", spec_path, str(r)])
         self.sender = StepSender(self._children.workdir, list(range(1, self.size)))
-        self.guard = StartupGuard(self._exited, self._abort, self.timeout_s)
+        self.guard = StartupGuard(self._exited, self._abort, self.start_timeout_s)
         try:
             self.wait_keys(keys("hello", range(1, self.size)), "join the group")
             self.backend = make_backend(self.store, 0, self.size, device, self.timeout_s)
@@ -171,13 +174,15 @@ class TPLeader:
                   f"{self.timeout_s:g} s): {type(err).__name__}: {err}", cause=err)
 
     def wait_keys(self, names: list[str], what: str) -> None:
-        """Poll the store until every key exists, checking the followers meanwhile."""
-        deadline = time.monotonic() + self.timeout_s
+        """Poll the store until every key exists, checking the followers meanwhile (a startup
+        wait: it gives up after ``tp_start_timeout_s``)."""
+        deadline = time.monotonic() + self.start_timeout_s
         while not self.store.check(names):
             self.check()
             if time.monotonic() > deadline:
                 missing = [n for n in names if not self.store.check([n])]
-                self.fail(f"tensor-parallel ranks {missing} did not {what} within {self.timeout_s:.0f} s")
+                self.fail(f"tensor-parallel ranks {missing} did not {what} within tp_start_timeout_s="
+                          f"{self.start_timeout_s:g} s")
             time.sleep(0.01)
 
     def wait_event(self, evt: Any) -> None:

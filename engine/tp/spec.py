@@ -12,7 +12,8 @@ class GroupSpec:
 
     ``store_port``: rank 0's rendezvous TCPStore on 127.0.0.1; ``workdir``: the private folder
     holding the control sockets and the ranks' error reports (``rank{r}.err``);
-    ``timeout_s``: the collectives' and the rendezvous' time limit; ``num_threads``: torch
+    ``timeout_s``: the collectives' time limit; ``start_timeout_s``: the rendezvous store's
+    (joining, agreeing on the KV pool) during startup; ``num_threads``: torch
     intra-op threads per follower (rank 0's own setting); ``leader_pid``: rank 0's pid (a
     follower exits when it is gone).
     """
@@ -22,6 +23,7 @@ class GroupSpec:
     store_port: int
     workdir: str
     timeout_s: float
+    start_timeout_s: float
     num_threads: int
     leader_pid: int
 

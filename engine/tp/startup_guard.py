@@ -48,7 +48,7 @@ class StartupGuard:
             if dead is not None:
                 why = f"tensor-parallel rank {dead[0]} (pid {dead[1]}) exited with code {dead[2]} during startup"
             elif time.monotonic() - t0 > self.timeout_s:
-                why = f"tensor-parallel startup did not finish within tp_timeout_s={self.timeout_s:g} s"
+                why = f"tensor-parallel startup did not finish within tp_start_timeout_s={self.timeout_s:g} s"
             else:
                 continue
             if self._done.wait(min(2.0, self.grace_s)):  # the main thread may raise on its own

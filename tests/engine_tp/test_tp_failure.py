@@ -123,3 +123,18 @@ def test_startup_guard_ends_a_blocked_startup():
     assert proc.returncode == 70
     assert "on_failure" in proc.stdout
     assert "rank 1 (pid 4242) exited with code -9 during startup" in proc.stderr
+
+
+def test_startup_is_bounded_by_its_own_timeout(tiny_dir):
+    """A follower that cannot join within ``tp_start_timeout_s`` fails the group with that name;
+    ``tp_timeout_s`` bounds steps and collectives only, so a step limit shorter than a follower's
+    start (Python and torch alone take over half a second here) does not cut the startup."""
+    t0 = time.monotonic()
+    with pytest.raises(TPGroupError, match=r"did not join the group within tp_start_timeout_s=0.05 s"):
+        _engine(tiny_dir("tiny-llama"), tp_start_timeout_s=0.05)
+    assert time.monotonic() - t0 < BOUND_S
+    eng = _engine(tiny_dir("tiny-llama"), tp_timeout_s=0.5)
+    try:
+        assert eng.tp_pids()[1] > 0
+    finally:
+        eng.shutdown()
