@@ -28,6 +28,7 @@ from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
+from twinserve.engine.request_options import RequestOptions
 from twinserve.engine.runner import InFlight
 
 __all__ = ["Engine", "EngineConfig", "resolve_device"]
@@ -109,6 +110,7 @@ class Engine:
         self._pending: list[StepOutput] = []
         self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
         self.chaser = CpuChaser() if cfg.cpu_chase else None
+        self.options = RequestOptions(self.model_config.vocab_size, self.eos_token_ids, cfg.model)
 
     @property
     def tp_size(self) -> int:
@@ -128,14 +130,23 @@ class Engine:
         self._idle_arrival = None
 
     def add(self, req: Req) -> None:
-        """Queue a request; ValueError for bad params, out-of-vocab ids or a too-long request."""
+        """Queue a request; ValueError for bad params, out-of-vocab ids, a too-long request or
+        ``n != 1`` (`LLM` and the server expand ``n`` into several requests)."""
         req.params.validate()
+        if req.params.n != 1:
+            raise ValueError(f"request {req.rid}: an Engine request has n=1; submit n requests")
         prompt = req.prompt
         if int(prompt.min()) < 0 or int(prompt.max()) >= self.model_config.vocab_size:
             raise ValueError(f"request {req.rid}: prompt token ids must lie in [0, {self.model_config.vocab_size})")
-        if self._idle_arrival is None and not self.has_work():
+        idle = self._idle_arrival is None and not self.has_work()
+        self.options.add(req)
+        try:
+            self.scheduler.add(req)
+        except BaseException:
+            self.options.drop(req.rid)
+            raise
+        if idle:
             self._idle_arrival = req.arrival
-        self.scheduler.add(req)
         self._reported[req.rid] = 0
 
     def abort(self, rid: int) -> bool:
@@ -159,6 +170,9 @@ class Engine:
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
         if batch is not None:
+            if self._inflight is not None and self.options.needs_sync(batch.reqs):
+                outs += self._complete(*self._inflight)  # its tokens feed this step's penalties/grammar
+                self._inflight = None
             t_s = time.perf_counter()
             start = t_s - self._t0
             rec = self.scheduler.record(batch, start, 0.0, t_s - t)
@@ -285,16 +299,24 @@ class Engine:
 
     # ---- internals -------------------------------------------------------------------------
     def _launch(self, batch: Batch, start: float) -> InFlight:
-        if self.tp is None:
-            return self.runner.launch(batch, start)
         t0 = time.perf_counter()
         inputs = self.runner.prepare(batch)
-        self.tp.send(inputs)
-        try:
-            return self.runner.execute(inputs, start, batch, t0=t0)
-        except RuntimeError as e:
-            self.tp.diagnose(e)
-            raise
+        opts = self.options
+        if opts and inputs.sampling is not None:  # only while a live request sets an option
+            rows = inputs.emit_rows.tolist()
+            inputs.sampling.extras = opts.build([batch.reqs[i] for i in rows], [batch.out_pos[i] for i in rows])
+        if self.tp is None:
+            fl = self.runner.execute(inputs, start, batch, t0=t0)
+        else:
+            self.tp.send(inputs)
+            try:
+                fl = self.runner.execute(inputs, start, batch, t0=t0)
+            except RuntimeError as e:
+                self.tp.diagnose(e)
+                raise
+        if opts and inputs.sampling is not None and inputs.sampling.extras is not None:
+            fl.logprobs = self.runner.sampler.last_logprobs
+        return fl
 
     def _finish(self, fl: InFlight) -> tuple[np.ndarray, float]:
         if self.tp is None:
@@ -312,6 +334,10 @@ class Engine:
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
         ended = self.scheduler.complete(fl.batch, tokens, t - self._t0)
+        if fl.logprobs is not None:
+            rows = fl.inputs.emit_rows.tolist()
+            self.options.record([fl.batch.reqs[i] for i in rows], [fl.batch.out_pos[i] for i in rows],
+                                fl.logprobs.to_cpu())
         rec.duration = duration
         t_end = time.perf_counter()
         rec.cpu_s += t_end - t
@@ -337,9 +363,12 @@ class Engine:
         new = req.output_ids[done:].tolist()  # a list scan: a step adds a token or two per request
         if PLACEHOLDER in new:
             new = new[: new.index(PLACEHOLDER)]
+        lps = self.options.take(req.rid, done, len(new)) if self.options else None
         if finished:
             self._reported.pop(req.rid, None)
+            if self.options:
+                self.options.drop(req.rid)
         else:
             self._reported[req.rid] = done + len(new)
         return StepOutput(req.rid, new, finished, req.finish_reason if finished else None,
-                          req.prompt_len, req.num_cached)
+                          req.prompt_len, req.num_cached, lps)

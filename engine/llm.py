@@ -2,32 +2,47 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from twinserve.core.request import Req
-from twinserve.core.sampling import SamplingParams
+from twinserve.core.sampling import SamplingParams, seed64
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
 
 
 @dataclass
 class Output:
-    """One prompt's result: decoded ``text`` and ``token_ids`` of the output, the prompt's ids,
-    the finish reason and how many prompt tokens came from the prefix cache."""
+    """One output of one prompt: decoded ``text`` and ``token_ids`` of the output, the prompt's
+    ids, the finish reason, how many prompt tokens came from the prefix cache, ``index`` (which
+    of the prompt's ``n`` outputs) and, when asked for, ``logprobs`` (one entry per output token:
+    its log-probability and the most likely alternatives as (id, log-probability) pairs)."""
 
     text: str
     token_ids: list[int]
     prompt_token_ids: list[int]
     finish_reason: str | None
     cached_tokens: int
+    index: int = 0
+    logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
+
+
+def sibling_params(p: SamplingParams, k: int) -> SamplingParams:
+    """The engine request of output ``k`` of ``p``: ``n=1``, and a seeded request's seed moved
+    by ``k`` (so the outputs differ but stay reproducible)."""
+    seed = p.seed if p.seed is None or k == 0 else seed64(p.seed + k)
+    return dataclasses.replace(p, n=1, seed=seed)
 
 
 class LLM:
     """``LLM(model_dir, **EngineConfig fields).generate(prompts, params)``.
 
     All prompts are submitted at once and served as one continuous batch; outputs come back in
-    prompt order. Text prompts are tokenized with the model directory's tokenizer (with BOS).
+    prompt order, a prompt's ``n`` outputs one after the other (``Output.index``). The first
+    output of a prompt with ``n > 1`` is submitted at once and the other ``n - 1`` once it has
+    its first token, so they find the prompt's KV in the prefix cache. Text prompts are
+    tokenized with the model directory's tokenizer (with BOS).
     ``LLM(model, tp_size=2)`` runs tensor-parallel (rank 0 in this process, rank 1 in a child);
     ``shutdown()`` (or leaving a ``with LLM(...)`` block) stops the child ranks at once, which
     otherwise end when the LLM is garbage collected or the interpreter exits.
@@ -55,6 +70,12 @@ class LLM:
             self._tokenizer = AutoTokenizer.from_pretrained(self.engine.tokenizer_path)
         return self._tokenizer
 
+    def _add(self, toks: list[int], sp: SamplingParams) -> int:
+        rid = self._next_rid
+        self._next_rid += 1
+        self.engine.add(Req(rid, toks, sp, arrival=self.engine.now()))
+        return rid
+
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[Output]:
@@ -62,26 +83,33 @@ class LLM:
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+        for sp in plist:
+            sp.validate()
         ids = [self.tokenizer(p)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
         eng = self.engine
-        rids = []
-        for toks, sp in zip(ids, plist):
-            rid = self._next_rid
-            self._next_rid += 1
-            eng.add(Req(rid, toks, sp, arrival=eng.now()))
-            rids.append(rid)
-        got: dict[int, list[int]] = {r: [] for r in rids}
+        slots: list[tuple[int, int]] = []  # (prompt index, output index) per result, in order
+        rid_of: dict[tuple[int, int], int] = {}
+        parked: dict[int, list[tuple[int, int]]] = {}  # first output's rid -> the others to add
+        for i, (toks, sp) in enumerate(zip(ids, plist)):
+            rid_of[(i, 0)] = first = self._add(toks, sibling_params(sp, 0))
+            slots.extend((i, k) for k in range(sp.n))
+            if sp.n > 1:
+                parked[first] = [(i, k) for k in range(1, sp.n)]
+        got: dict[int, list[int]] = {}
+        lps: dict[int, list] = {}
         info: dict[int, tuple[str | None, int]] = {}
         bar = None
         if use_tqdm:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(rids), desc="generate", unit="req")
-        while len(info) < len(rids) and eng.has_work():
+            bar = tqdm(total=len(slots), desc="generate", unit="req")
+        while len(info) < len(slots) and eng.has_work():
             for out in eng.step():
-                if out.rid not in got:
-                    continue
-                got[out.rid].extend(out.new_token_ids)
+                for i, k in parked.pop(out.rid, ()):
+                    rid_of[(i, k)] = self._add(ids[i], sibling_params(plist[i], k))
+                got.setdefault(out.rid, []).extend(out.new_token_ids)
+                if out.logprobs is not None:
+                    lps.setdefault(out.rid, []).extend(out.logprobs)
                 if out.finished:
                     info[out.rid] = (out.finish_reason, out.cached_tokens)
                     if bar is not None:
@@ -89,8 +117,12 @@ class LLM:
         if bar is not None:
             bar.close()
         results = []
-        for rid, toks in zip(rids, ids):
+        text_prompts = bool(prompts) and isinstance(prompts[0], str)
+        for i, k in slots:
+            rid = rid_of.get((i, k), -1)
             reason, cached = info.get(rid, (None, 0))
-            text = self.tokenizer.decode(got[rid], skip_special_tokens=True) if isinstance(prompts[0], str) else ""
-            results.append(Output(text, got[rid], list(toks), reason, cached))
+            toks = got.get(rid, [])
+            text = self.tokenizer.decode(toks, skip_special_tokens=True) if text_prompts else ""
+            lp = lps.get(rid, []) if plist[i].logprobs is not None else None
+            results.append(Output(text, toks, list(ids[i]), reason, cached, k, lp))
         return results

@@ -11,7 +11,9 @@ class StepOutput:
 
     ``finished`` is true exactly once per request, on its last StepOutput, with
     ``finish_reason`` "stop" | "length" | "abort". ``prompt_tokens`` and ``cached_tokens``
-    (prefix-cache hits at its latest admission) are repeated on every output.
+    (prefix-cache hits at its latest admission) are repeated on every output. ``logprobs``
+    (requests with ``SamplingParams.logprobs`` set, else None) has one entry per new token:
+    (its log-probability, [(token id, log-probability)] of the most likely tokens).
     """
 
     rid: int
@@ -20,3 +22,4 @@ class StepOutput:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None

@@ -36,6 +36,7 @@ class InFlight:
     device_busy: bool = False
     replay_at: float = float("nan")  # perf_counter when a graph replay was enqueued (NaN: eager)
     graph_tokens: int = 0  # the padded size of a token-graph step (0: none)
+    logprobs: object = None  # the sampler's LogprobsOut of the step (engine.logits_processing), or None
 
 
 def synchronize_event(evt: object) -> None:

@@ -1,4 +1,5 @@
-"""Batched token sampling: greedy, temperature, top-k, top-p, per-request seeds."""
+"""Batched token sampling: greedy, temperature, min-p, top-k, top-p, per-request 64-bit seeds,
+and the logit processors and log-probabilities of `engine.logits_processing`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from twinserve.core.sampling import SamplingParams
+from twinserve.core.sampling import SamplingParams, seed64
+from twinserve.engine.logits_processing import (
+    LogprobsOut, SamplingExtras, apply_min_p, apply_processors, model_logprobs,
+)
 
 _MASK32 = 0xFFFFFFFF
 
@@ -17,8 +21,10 @@ _MASK32 = 0xFFFFFFFF
 class SamplingBatch:
     """Per-row sampling parameters of one step, as host arrays (row order = logits order).
 
-    ``seeds[i] < 0`` means "unseeded"; ``counters[i]`` is the index of the output token being
-    sampled, which makes a seeded request's noise depend only on (seed, counter, token id).
+    ``seeded[i]`` says whether row i has a seed, ``seeds[i]`` (int64: the seed's 64 bits) which;
+    ``counters[i]`` is the index of the output token being sampled, which makes a seeded
+    request's noise depend only on (seed, counter, token id). ``extras`` holds the other options
+    of the step's requests (`SamplingExtras`), None when no request of the step sets one.
     """
 
     temperature: np.ndarray
@@ -26,16 +32,25 @@ class SamplingBatch:
     top_p: np.ndarray
     seeds: np.ndarray
     counters: np.ndarray
+    seeded: np.ndarray | None = None
+    extras: SamplingExtras | None = None
 
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], counters: Sequence[int]) -> "SamplingBatch":
         n = len(params)
+        raw = np.empty(n, dtype=object)
+        raw[:] = [p.seed for p in params]
+        seeded = np.not_equal(raw, None)
+        seeds = np.zeros(n, dtype=np.int64)
+        if seeded.any():
+            seeds[seeded] = [seed64(s) for s in raw[seeded]]
         return cls(
             temperature=np.fromiter((p.temperature for p in params), np.float32, n),
             top_k=np.fromiter((p.top_k for p in params), np.int64, n),
             top_p=np.fromiter((p.top_p for p in params), np.float32, n),
-            seeds=np.fromiter((-1 if p.seed is None else (p.seed & 0x7FFFFFFF) for p in params), np.int64, n),
+            seeds=seeds,
             counters=np.asarray(counters, dtype=np.int64),
+            seeded=seeded,
         )
 
     @property
@@ -53,9 +68,13 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
 
 
 def seeded_uniform(seeds: torch.Tensor, counters: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Counter-based uniforms in (0, 1), [rows, vocab]: a pure function of (seed, counter, id)."""
+    """Counter-based uniforms in (0, 1), [rows, vocab]: a pure function of (seed, counter, id)
+    for int64 ``seeds`` holding 64-bit seeds (both halves count; a seed below 2^32 has a zero
+    high half, which leaves its stream as the low half alone gives it)."""
     dev = seeds.device
-    row = _hash32((_hash32(seeds & _MASK32) ^ (counters & _MASK32)) & _MASK32)
+    hi = (seeds >> 32) & _MASK32
+    mix_hi = torch.where(hi != 0, _hash32(hi ^ 0x5BD1E995), torch.zeros_like(hi))
+    row = _hash32((_hash32(seeds & _MASK32) ^ mix_hi ^ (counters & _MASK32)) & _MASK32)
     ids = torch.arange(vocab, device=dev, dtype=torch.int64)
     x = _hash32((row[:, None] * 0x9E3779B1 + ids[None, :] * 0x85EBCA77) & _MASK32)
     return (x.to(torch.float64) + 0.5).div_(4294967296.0).to(torch.float32)
@@ -69,14 +88,28 @@ class Sampler:
     the ranking whose probability reaches top_p (the top token always survives). A seeded row's draw depends only on its seed, its output index and its
     logits (not on batch composition); unseeded rows draw from the sampler's own generator.
     Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p / E) with E ~ Exp(1).
+    With ``sb.extras``, the logit processors run first (greedy rows take the argmax of the
+    processed logits), min-p filters after temperature, and ``last_logprobs`` holds the step's
+    `LogprobsOut` (None when no row asked for log-probabilities).
     """
 
     def __init__(self, device: torch.device, seed: int = 0) -> None:
         self.device = device
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
+        self.last_logprobs: LogprobsOut | None = None
 
     def sample(self, logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
+        ex = sb.extras
+        if ex is None:
+            self.last_logprobs = None
+            return self._sample(logits, sb, None)
+        raw = logits
+        tokens = self._sample(apply_processors(logits.float(), ex), sb, ex)
+        self.last_logprobs = model_logprobs(raw, tokens, ex.logprobs) if ex.wants_logprobs else None
+        return tokens
+
+    def _sample(self, logits: torch.Tensor, sb: SamplingBatch, ex: SamplingExtras | None) -> torch.Tensor:
         if sb.all_greedy:
             return logits.argmax(dim=-1)
         dev = logits.device
@@ -84,6 +117,8 @@ class Sampler:
         greedy = torch.from_numpy(sb.temperature == 0).to(dev, non_blocking=True)
         temp = torch.from_numpy(np.where(sb.temperature == 0, 1.0, sb.temperature).astype(np.float32))
         scaled = logits / temp.to(dev, non_blocking=True)[:, None]
+        if ex is not None and ex.uses_min_p:
+            scaled = apply_min_p(scaled, ex.min_p)
         if (sb.top_k > 0).any() or (sb.top_p < 1).any():
             scaled = self.apply_top_k_top_p(scaled, sb.top_k, sb.top_p)
         probs = torch.softmax(scaled, dim=-1)
@@ -94,7 +129,7 @@ class Sampler:
     def exponential_noise(self, shape: torch.Size, sb: SamplingBatch) -> torch.Tensor:
         rows, vocab = shape
         u = torch.rand(shape, generator=self.gen, device=self.device)
-        seeded = sb.seeds >= 0
+        seeded = sb.seeds >= 0 if sb.seeded is None else sb.seeded
         if seeded.any():
             idx = torch.from_numpy(np.nonzero(seeded)[0]).to(self.device)
             s = torch.from_numpy(sb.seeds[seeded]).to(self.device)
