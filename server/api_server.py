@@ -27,7 +27,9 @@ from twinserve.server.engine_client import EngineClient, RequestStream
 from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
 from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
 from twinserve.server.messages import TokenizeRequest
+from twinserve.core.sampling import seed64
 from twinserve.server.metrics import ServerMetrics
+from twinserve.server.openai_fields import Choice, merged_batches, model_card, openapi_with_limits, usage_of
 from twinserve.server.protocol import (
     ChatCompletionRequest, CompletionRequest, GenerateRequestBody, SamplingFields,
 )
@@ -53,6 +55,7 @@ class AppState:
     model: ModelInfo
     pids: dict[str, int]
     ipc_dir: str
+    max_n: int
 
 
 def _state(request: Request) -> AppState:
@@ -98,13 +101,13 @@ async def _admit(st: AppState, request: Request, build: Callable[[int], Tokenize
     return stream
 
 
-async def _events(st: AppState, stream: RequestStream, fmt: Any, include_usage: bool) -> AsyncIterator[str]:
-    for chunk in fmt.start():
+async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_usage: bool) -> AsyncIterator[str]:
+    for chunk in fmt.start(len(streams)):
         yield sse_data(chunk)
     try:
-        async for batch in st.client.delta_batches(stream):
+        async for i, batch in merged_batches([st.client.delta_batches(s) for s in streams]):
             # one SSE event per delta (clients time tokens by events), one write per batch
-            text = "".join(sse_data(c) for c in map(fmt.delta, batch) if c is not None)
+            text = "".join(sse_data(c) for c in (fmt.delta(d, i) for d in batch) if c is not None)
             if text:
                 yield text
     except APIError as e:
@@ -112,98 +115,135 @@ async def _events(st: AppState, stream: RequestStream, fmt: Any, include_usage: 
         yield SSE_DONE
         return
     if include_usage:
-        yield sse_data(fmt.usage(stream.usage()))
+        yield sse_data(fmt.usage(usage_of([s.usage() for s in streams])))
     yield SSE_DONE
 
 
-async def _collect(st: AppState, stream: RequestStream) -> tuple[str, list[int]]:
-    text: list[str] = []
-    ids: list[int] = []
-    async for batch in st.client.delta_batches(stream):
+async def _collect(st: AppState, streams: list[RequestStream]) -> list[Choice]:
+    choices = [Choice(i) for i in range(len(streams))]
+    async for i, batch in merged_batches([st.client.delta_batches(s) for s in streams]):
         for d in batch:
-            text.append(d.text)
-            ids.extend(d.token_ids)
-    return "".join(text), ids
+            choices[i].add(d)
+    return choices
+
+
+async def _abort_all(st: AppState, streams: list[RequestStream]) -> None:
+    for s in streams:
+        if not s.finished:
+            await st.client.abort(s)
 
 
 async def _respond(st: AppState, request: Request, body: SamplingFields, fmt: Any,
-                   build: Callable[[int], TokenizeRequest]) -> Response:
-    stream = await _admit(st, request, build)
-    if stream is None:
-        return Response(status_code=CLIENT_GONE)
+                   build: Callable[[int, int, int | None], TokenizeRequest]) -> Response:
+    """Submit ``body.n`` requests (the first leads: the others start once it has a token, from
+    the prefix cache) and answer with all of them."""
+    streams: list[RequestStream] = []
+    try:
+        first = await _admit(st, request, lambda rid: build(rid, 0, None))
+        if first is None:
+            return Response(status_code=CLIENT_GONE)
+        streams.append(first)
+        for k in range(1, body.n):
+            s = await _admit(st, request, lambda rid, k=k: build(rid, k, first.rid))
+            if s is None:
+                await _abort_all(st, streams)
+                return Response(status_code=CLIENT_GONE)
+            streams.append(s)
+    except BaseException:
+        await _abort_all(st, streams)
+        raise
     if body.stream:
         async def on_close() -> None:
-            if not stream.finished:
-                await st.client.abort(stream)
-        return EventStream(_events(st, stream, fmt, body.include_usage), on_close)
+            await _abort_all(st, streams)
+        return EventStream(_events(st, streams, fmt, body.include_usage), on_close)
     try:
-        gone, result = await unless_disconnected(request, _collect(st, stream))
+        gone, choices = await unless_disconnected(request, _collect(st, streams))
     finally:
-        if not stream.finished:
-            await st.client.abort(stream)
+        await _abort_all(st, streams)
     if gone:
         return Response(status_code=CLIENT_GONE)
-    text, ids = result
-    return JSONResponse(fmt.full(text, ids, stream.finish_reason, stream.usage()))
+    return JSONResponse(fmt.full(choices, usage_of([s.usage() for s in streams])))
 
 
-def _request(rid: int, body: SamplingFields, kind: str, field: str, *, text: str | None = None,
-             messages: list[dict[str, Any]] | None = None, ids: list[int] | None = None,
-             default_max: int | None, detok: dict[str, Any]) -> TokenizeRequest:
-    return TokenizeRequest(rid, kind, text, messages, ids, body.sampling_params(), body.max_tokens,
-                           default_max, detok, time.time(), body.priority, body.user or "default", field)
+def _request(rid: int, body: SamplingFields, kind: str, field: str, k: int, after: int | None, *,
+             text: str | None = None, messages: list[dict[str, Any]] | None = None,
+             ids: list[int] | None = None, default_max: int | None, detok: dict[str, Any]) -> TokenizeRequest:
+    """Output ``k`` of ``body``'s ``n`` (``after``: the first's rid; a seeded output's seed is
+    moved by ``k``, as `engine.llm.sibling_params` does)."""
+    params = body.sampling_params()
+    if k and params.get("seed") is not None:
+        params["seed"] = seed64(params["seed"] + k)
+    return TokenizeRequest(rid, kind, text, messages, ids, params, body.max_tokens, default_max,
+                           detok, time.time(), body.priority, body.user or "default", field,
+                           leads=body.n > 1 and k == 0, after=after)
+
+
+def _detok(body: SamplingFields, **kw: Any) -> dict[str, Any]:
+    d = {"stop": body.stop_strings(), "stop_token_ids": body.stop_token_ids or [], "detokenize": True,
+         **kw}
+    if body.min_tokens:
+        d["min_tokens"] = body.min_tokens
+    return d
 
 
 def _register_routes(app: FastAPI) -> None:
     @app.post("/v1/completions", responses=ERROR_RESPONSES)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         st = _state(request)
-        body.check_supported()
+        body.check_supported(st.max_n)
         _check_model(st, body)
         prompt = body.single_prompt()
-        detok = {"stop": body.stop_strings(), "stop_token_ids": body.stop_token_ids or [], "detokenize": True}
+        detok = _detok(body, echo=True) if body.echo else _detok(body)
         if isinstance(prompt, str):
-            def build(rid: int) -> TokenizeRequest:
-                return _request(rid, body, "text", "prompt", text=prompt, default_max=16, detok=detok)
+            def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+                return _request(rid, body, "text", "prompt", k, after, text=prompt, default_max=16, detok=detok)
         else:
-            def build(rid: int) -> TokenizeRequest:
-                return _request(rid, body, "ids", "prompt", ids=list(prompt), default_max=16, detok=detok)
-        fmt = CompletionFormat(f"cmpl-{uuid.uuid4().hex}", st.model.name)
+            def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+                return _request(rid, body, "ids", "prompt", k, after, ids=list(prompt), default_max=16,
+                                detok=detok)
+        fmt = CompletionFormat(f"cmpl-{uuid.uuid4().hex}", st.model.name, echo=body.echo)
         return await _respond(st, request, body, fmt, build)
 
     @app.post("/v1/chat/completions", responses=ERROR_RESPONSES)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         st = _state(request)
-        body.check_supported()
+        body.check_supported(st.max_n)
         _check_model(st, body)
         messages = [m.as_template_input() for m in body.messages]
-        detok = {"stop": body.stop_strings(), "stop_token_ids": body.stop_token_ids or [],
-                 "detokenize": True, "add_generation_prompt": body.add_generation_prompt}
+        detok = _detok(body, add_generation_prompt=body.add_generation_prompt)
 
-        def build(rid: int) -> TokenizeRequest:
-            return _request(rid, body, "chat", "messages", messages=messages, default_max=None, detok=detok)
+        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+            return _request(rid, body, "chat", "messages", k, after, messages=messages, default_max=None,
+                            detok=detok)
         fmt = ChatFormat(f"chatcmpl-{uuid.uuid4().hex}", st.model.name)
         return await _respond(st, request, body, fmt, build)
 
     @app.post("/generate", responses=ERROR_RESPONSES)
     async def generate(body: GenerateRequestBody, request: Request) -> Response:
         st = _state(request)
-        body.check_supported()
+        body.check_supported(st.max_n)
         _check_model(st, body)
         if body.stop is not None:
             raise APIError(400, "/generate takes stop_token_ids, not stop strings", param="stop")
         detok = {"stop": [], "detokenize": False}
 
-        def build(rid: int) -> TokenizeRequest:
-            return _request(rid, body, "ids", "input_ids", ids=list(body.input_ids), default_max=16, detok=detok)
+        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+            return _request(rid, body, "ids", "input_ids", k, after, ids=list(body.input_ids), default_max=16,
+                            detok=detok)
         return await _respond(st, request, body, GenerateFormat(f"gen-{uuid.uuid4().hex}", st.model.name), build)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         m = _state(request).model
-        return {"object": "list", "data": [{"id": m.name, "object": "model", "created": m.created,
-                                            "owned_by": "twinserve", "root": m.path,
-                                            "max_model_len": m.max_model_len}]}
+        return {"object": "list", "data": [model_card(m.name, m.created, m.path, m.max_model_len)]}
+
+    @app.get("/v1/models/{model_id:path}", responses={404: ERROR_RESPONSES[404]})
+    async def model(model_id: str, request: Request) -> dict[str, Any]:
+        m = _state(request).model
+        if model_id != m.name:
+            raise APIError(404, f"The model `{model_id}` does not exist; this server serves `{m.name}`.",
+                           param="model", code="model_not_found")
+        return model_card(m.name, m.created, m.path, m.max_model_len)
 
     @app.get("/health", responses={503: ERROR_RESPONSES[503]})
     async def health(request: Request) -> Response:
@@ -253,6 +293,7 @@ def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[Ap
                   description="OpenAI-compatible serving over the twinserve engine")
     _register_routes(app)
     _register_errors(app)
+    app.openapi = openapi_with_limits(app.openapi, lambda: getattr(getattr(app.state, "ts", None), "max_n", None))
     return app
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MAX_N_LIMIT = 128  # the largest server.max_n
+
 
 @dataclass(slots=True)
 class ServerConfig:
@@ -20,6 +22,7 @@ class ServerConfig:
     - ``startup_timeout_s`` / ``shutdown_timeout_s``: handshake and stop deadlines per child.
     - ``request_timeout_s``: a request still unfinished after this long fails with 504 (a safety net
       against hangs; ``None`` disables it).
+    - ``max_n``: the largest ``n`` (outputs per request) a request may ask for (at most `MAX_N_LIMIT`).
     """
 
     host: str = "127.0.0.1"
@@ -32,11 +35,14 @@ class ServerConfig:
     shutdown_timeout_s: float = 5.0
     request_timeout_s: float | None = 3600.0
     log_level: str = "warning"
+    max_n: int = 16
 
     def validate(self) -> None:
         if not (0 <= self.port < 65536):
             raise ValueError(f"server.port must be in [0, 65535], got {self.port}")
         if self.queue_limit is not None and self.queue_limit < 1:
             raise ValueError(f"server.queue_limit must be >= 1 or null (unlimited), got {self.queue_limit}")
+        if not (1 <= self.max_n <= MAX_N_LIMIT):
+            raise ValueError(f"server.max_n must be in [1, {MAX_N_LIMIT}], got {self.max_n}")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ValueError(f"server.request_timeout_s must be > 0 or null, got {self.request_timeout_s}")

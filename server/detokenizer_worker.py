@@ -9,6 +9,9 @@ Contract per request (state created by its ``Accepted``, dropped when it finishe
   the request now; any later output of that request is dropped;
 - text that might be the start of a stop string is held back until it is not, or until the
   request ends (then it is flushed);
+- stop strings are looked for only once the request has ``min_tokens`` outputs;
+- log-probabilities get each token's text (the token decoded alone, special tokens included);
+  an ``echo`` request's first delta carries the prompt's text and its prompt log-probabilities;
 - outputs of unknown requests (already ended) are dropped; ``Accepted``, ``ErrorReply`` and
   ``EngineStats`` pass through to the API server unchanged.
 """
@@ -55,6 +58,9 @@ class DetokState:
     stops: list[str]
     stop_ids: frozenset[int] = frozenset()
     held: str = ""
+    min_tokens: int = 0
+    seen: int = 0
+    echo_ids: list[int] | None = None
 
     def feed(self, out: TokenOutput) -> tuple[str, bool, str | None]:
         """Returns (text to emit, finished, finish_reason) for one engine output."""
@@ -65,7 +71,8 @@ class DetokState:
         if finished and reason == "stop" and ids and ids[-1] in self.stop_ids:
             ids = ids[:-1]  # like vLLM: a stop token's text is not part of the output
         text = self.held + "".join(self.stream.step(t) for t in ids)
-        if self.stops:
+        self.seen += len(out.token_ids)
+        if self.stops and self.seen > self.min_tokens:
             cut = find_stop(text, self.stops)
             if cut >= 0:
                 self.held = ""
@@ -84,12 +91,32 @@ class Detokenizer:
     def __init__(self, tok: TextTokenizer) -> None:
         self.tok = tok
         self.live: dict[int, DetokState] = {}
+        self._pieces: dict[int, str] = {}  # token id -> its text alone (logprobs)
 
     def accept(self, msg: Accepted) -> None:
         d = msg.detok
         stream = self.tok.stream(d.get("prompt_tail")) if d.get("detokenize", True) else None
         self.live[msg.rid] = DetokState(stream, [s for s in d.get("stop") or [] if s],
-                                        frozenset(int(t) for t in d.get("stop_token_ids") or ()))
+                                        frozenset(int(t) for t in d.get("stop_token_ids") or ()),
+                                        min_tokens=int(d.get("min_tokens") or 0),
+                                        echo_ids=d.get("echo_ids"))
+
+    def piece(self, tid: int) -> str:
+        p = self._pieces.get(tid)
+        if p is None:
+            try:
+                p = self.tok.decode([int(tid)], skip_special=False)
+            except Exception:  # an id the tokenizer does not know (model vocab > tokenizer vocab)
+                p = ""
+            self._pieces[tid] = p
+        return p
+
+    def entries(self, ids: list[int], lps: list | None) -> list | None:
+        """``[text, logprob, [[text, logprob], ...]]`` per token of ``ids`` (None if ``lps`` is)."""
+        if lps is None:
+            return None
+        return [None if e is None else [self.piece(t), e[0], [[self.piece(a), b] for a, b in e[1]]]
+                for t, e in zip(ids, lps)]
 
     def outputs(self, msg: StepOutputs) -> tuple[list[TextDelta], list[int]]:
         """Deltas for the API server and rids the engine must abort (stop strings)."""
@@ -104,8 +131,14 @@ class Detokenizer:
                 del self.live[out.rid]
                 if not out.finished:
                     aborts.append(out.rid)
-            deltas.append(TextDelta(out.rid, text, out.token_ids, finished, reason,
-                                    out.prompt_tokens, out.cached_tokens))
+            d = TextDelta(out.rid, text, out.token_ids, finished, reason, out.prompt_tokens,
+                          out.cached_tokens, self.entries(out.token_ids, out.logprobs))
+            if st.echo_ids is not None:
+                ids, st.echo_ids = st.echo_ids, None
+                d.prompt_text = self.tok.decode(ids)
+                if out.prompt_logprobs is not None:
+                    d.prompt_logprobs = [None] + (self.entries(ids[1:], out.prompt_logprobs) or [])
+            deltas.append(d)
         return deltas, aborts
 
 

@@ -6,6 +6,8 @@ applies every abort and add in arrival order, answers each add with ``Accepted``
 ``ErrorReply`` (400 for a request the scheduler refuses, 429 beyond the queue limit), runs one
 ``engine.step()`` when there is work and sends that step's outputs as one ``StepOutputs``. All
 replies go to the detokenizer on one socket, so ``Accepted`` precedes the request's tokens.
+A request sent ``after`` another (the other outputs of an ``n > 1`` request) waits, unanswered,
+until that one has its first output or ends, and is then added like any other.
 Engine gauges (``EngineStats``) go out every ``stats_interval_s`` and when the engine turns idle.
 An exception from the engine ends the process (the API server then fails in-flight requests).
 """
@@ -58,6 +60,8 @@ def engine_info(engine: Any) -> dict[str, Any]:
 def build_req(msg: GenerateRequest, now: float) -> Req:
     params = dict(msg.params)
     params["stop_token_ids"] = tuple(params.get("stop_token_ids") or ())
+    if "logit_bias" in params:
+        params["logit_bias"] = {int(k): float(v) for k, v in params["logit_bias"].items()}
     sp = SamplingParams(**params)
     sp.validate()
     return Req(msg.rid, np.asarray(msg.prompt_ids, dtype=np.int32), sp, arrival=now,
@@ -74,6 +78,8 @@ class EngineLoop:
         self._last_stats = 0.0
         self._was_busy = False
         self.live: dict[int, int] = {}  # rid -> prompt tokens, for requests the engine holds
+        self.quiet: set[int] = set()  # leaders (``leads``) without output yet
+        self.parked: dict[int, list[GenerateRequest]] = {}  # leader rid -> requests sent after it
 
     def _now(self) -> float:
         now = getattr(self.engine, "now", None)
@@ -86,6 +92,9 @@ class EngineLoop:
         waiting = self._waiting() if inputs.adds and self.cfg.queue_limit is not None else 0
         aborts = set(inputs.aborts)
         ended: list[TokenOutput] = []
+        if self.parked and aborts:
+            for lead, held in list(self.parked.items()):
+                self.parked[lead] = [m for m in held if m.rid not in aborts]
         for rid in inputs.aborts:
             if rid not in self.live:
                 continue
@@ -96,6 +105,9 @@ class EngineLoop:
             send(self.out, StepOutputs.of(ended, time.time()))
         for msg in inputs.adds:
             if msg.rid in aborts:
+                continue
+            if msg.after is not None and msg.after in self.quiet:
+                self.parked.setdefault(msg.after, []).append(msg)
                 continue
             limit = self.cfg.queue_limit
             if limit is not None and waiting >= limit:
@@ -111,7 +123,18 @@ class EngineLoop:
                 continue
             waiting += 1
             self.live[msg.rid] = len(msg.prompt_ids)
+            if msg.leads:
+                self.quiet.add(msg.rid)
             send(self.out, Accepted(msg.rid, len(msg.prompt_ids), msg.detok))
+        for rid in inputs.aborts:
+            self._release(rid)
+
+    def _release(self, lead: int) -> None:
+        """``lead`` has output (or ended): add the requests held after it."""
+        self.quiet.discard(lead)
+        held = self.parked.pop(lead, None)
+        if held:
+            self.apply(StepInputs(held, []))
 
     def step(self) -> None:
         outs = self.engine.step() or []
@@ -122,10 +145,20 @@ class EngineLoop:
             if o.finished:
                 self.live.pop(int(o.rid), None)
         if outs:
+            lp = plp = None
+            if getattr(self.engine, "options", None):  # some live request asked for logprobs
+                lp = [getattr(o, "logprobs", None) for o in outs]
+                plp = [getattr(o, "prompt_logprobs", None) for o in outs]
+                lp = lp if any(x is not None for x in lp) else None
+                plp = plp if any(x is not None for x in plp) else None
             send(self.out, StepOutputs(
                 [o.rid for o in outs], [o.new_token_ids for o in outs], [o.finished for o in outs],
                 [o.finish_reason for o in outs], [o.prompt_tokens for o in outs],
-                [o.cached_tokens or 0 for o in outs], time.time()))
+                [o.cached_tokens or 0 for o in outs], time.time(), lp, plp))
+        if self.quiet:
+            for o in outs:
+                if o.rid in self.quiet:
+                    self._release(int(o.rid))
 
     def publish_stats(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -1,4 +1,8 @@
-"""Response bodies of each generation endpoint, streamed and not (OpenAI wire shapes)."""
+"""Response bodies of each generation endpoint, streamed and not (OpenAI wire shapes).
+
+Every format serves a request's ``n`` choices: ``delta(d, index)`` renders one choice's delta as
+one chunk, ``full(choices, usage)`` the whole answer (`openai_fields.Choice` per output).
+"""
 
 from __future__ import annotations
 
@@ -7,40 +11,58 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twinserve.server.messages import TextDelta
+from twinserve.server.openai_fields import Choice, CompletionLogprobs, chat_logprobs
 
 
 @dataclass(slots=True)
 class CompletionFormat:
-    """``/v1/completions``: ``text_completion`` objects; each token delta is one chunk."""
+    """``/v1/completions``: ``text_completion`` objects; each token delta is one chunk. With
+    ``echo`` the prompt's text (and, with logprobs, its tokens' logprobs) comes first."""
 
     id: str
     model: str
+    echo: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     object: str = "text_completion"
+    _lp: dict[int, CompletionLogprobs] = field(default_factory=dict)
 
     def _base(self) -> dict[str, Any]:
         return {"id": self.id, "object": self.object, "created": self.created, "model": self.model}
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, n: int = 1) -> list[dict[str, Any]]:
         return []
 
-    def delta(self, d: TextDelta) -> dict[str, Any] | None:
-        if not (d.text or d.token_ids or d.finished):
+    def _logprobs(self, index: int, entries: list | None, prompt: list | None) -> dict[str, Any] | None:
+        if entries is None and prompt is None:
             return None
-        return {**self._base(), "choices": [{"index": 0, "text": d.text, "logprobs": None,
+        lp = self._lp.setdefault(index, CompletionLogprobs())
+        return lp.render((prompt or []) + (entries or []))
+
+    def delta(self, d: TextDelta, index: int = 0) -> dict[str, Any] | None:
+        prompt = d.prompt_text if self.echo else None
+        if not (d.text or d.token_ids or d.finished or prompt):
+            return None
+        text = (prompt or "") + d.text
+        lp = self._logprobs(index, d.logprobs, d.prompt_logprobs if self.echo else None)
+        return {**self._base(), "choices": [{"index": index, "text": text, "logprobs": lp,
                                              "finish_reason": d.finish_reason if d.finished else None}]}
 
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {**self._base(), "choices": [], "usage": usage}
 
-    def full(self, text: str, ids: list[int], reason: str | None, usage: dict[str, Any]) -> dict[str, Any]:
-        return {**self._base(), "choices": [{"index": 0, "text": text, "logprobs": None,
-                                             "finish_reason": reason}], "usage": usage}
+    def full(self, choices: list[Choice], usage: dict[str, Any]) -> dict[str, Any]:
+        out = []
+        for c in choices:
+            prompt = (c.prompt_text or "") if self.echo else ""
+            lp = self._logprobs(c.index, c.logprobs, c.prompt_logprobs if self.echo else None)
+            out.append({"index": c.index, "text": prompt + "".join(c.text), "logprobs": lp,
+                        "finish_reason": c.finish_reason})
+        return {**self._base(), "choices": out, "usage": usage}
 
 
 @dataclass(slots=True)
 class ChatFormat:
-    """``/v1/chat/completions``: a first chunk with the role, then content deltas."""
+    """``/v1/chat/completions``: a first chunk with the role per choice, then content deltas."""
 
     id: str
     model: str
@@ -49,39 +71,40 @@ class ChatFormat:
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, n: int = 1) -> list[dict[str, Any]]:
         return [{**self._base("chat.completion.chunk"), "choices": [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-             "finish_reason": None}]}]
+            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}]} for i in range(n)]
 
-    def delta(self, d: TextDelta) -> dict[str, Any] | None:
+    def delta(self, d: TextDelta, index: int = 0) -> dict[str, Any] | None:
         if not (d.text or d.token_ids or d.finished):
             return None
         delta = {"content": d.text} if (d.text or d.token_ids) else {}
         return {**self._base("chat.completion.chunk"), "choices": [
-            {"index": 0, "delta": delta, "logprobs": None,
+            {"index": index, "delta": delta, "logprobs": chat_logprobs(d.logprobs),
              "finish_reason": d.finish_reason if d.finished else None}]}
 
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {**self._base("chat.completion.chunk"), "choices": [], "usage": usage}
 
-    def full(self, text: str, ids: list[int], reason: str | None, usage: dict[str, Any]) -> dict[str, Any]:
+    def full(self, choices: list[Choice], usage: dict[str, Any]) -> dict[str, Any]:
         return {**self._base("chat.completion"), "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-             "finish_reason": reason}], "usage": usage}
+            {"index": c.index, "message": {"role": "assistant", "content": "".join(c.text)},
+             "logprobs": chat_logprobs(c.logprobs), "finish_reason": c.finish_reason}
+            for c in choices], "usage": usage}
 
 
 @dataclass(slots=True)
 class GenerateFormat:
-    """``/generate``: token ids only."""
+    """``/generate``: token ids only (one output)."""
 
     id: str
     model: str
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, n: int = 1) -> list[dict[str, Any]]:
         return []
 
-    def delta(self, d: TextDelta) -> dict[str, Any] | None:
+    def delta(self, d: TextDelta, index: int = 0) -> dict[str, Any] | None:
         if not (d.token_ids or d.finished):
             return None
         return {"id": self.id, "output_ids": d.token_ids,
@@ -90,5 +113,6 @@ class GenerateFormat:
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {"id": self.id, "output_ids": [], "finish_reason": None, "usage": usage}
 
-    def full(self, text: str, ids: list[int], reason: str | None, usage: dict[str, Any]) -> dict[str, Any]:
-        return {"id": self.id, "output_ids": ids, "finish_reason": reason, "usage": usage}
+    def full(self, choices: list[Choice], usage: dict[str, Any]) -> dict[str, Any]:
+        c = choices[0]
+        return {"id": self.id, "output_ids": c.ids, "finish_reason": c.finish_reason, "usage": usage}

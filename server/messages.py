@@ -92,6 +92,8 @@ class TokenizeRequest:
     ``default_max_tokens`` (None: the rest of the context). ``detok`` is passed through to the
     detokenizer untouched (stop strings, whether to decode text at all). ``prompt_field`` is the
     body field that held the prompt ("prompt", "messages", "input_ids"), for error messages.
+    ``leads`` / ``after``: the first of a request's ``n`` outputs, and the others (``after`` =
+    the first's rid), which the engine worker admits once the first has output (`GenerateRequest`).
     """
 
     rid: int
@@ -107,12 +109,18 @@ class TokenizeRequest:
     priority: int = 0
     tenant: str = "default"
     prompt_field: str = "prompt"  # the request field errors about the prompt name
+    leads: bool = False
+    after: int | None = None
 
 
 @message(11)
 @dataclass(slots=True)
 class GenerateRequest:
-    """Tokenizer -> engine rank 0: a tokenized, length-checked request ready for the scheduler."""
+    """Tokenizer -> engine rank 0: a tokenized, length-checked request ready for the scheduler.
+
+    ``after``: the rid of the first of the same prompt's ``n`` outputs (sent with ``leads``); the
+    engine worker holds this request until that one has its first token, so that it finds the
+    prompt's KV in the prefix cache."""
 
     rid: int
     prompt_ids: list[int]
@@ -121,6 +129,8 @@ class GenerateRequest:
     arrival: float
     priority: int = 0
     tenant: str = "default"
+    leads: bool = False
+    after: int | None = None
 
 
 @message(12)
@@ -171,7 +181,9 @@ class ErrorReply:
 @message(22)
 @dataclass(slots=True)
 class TokenOutput:
-    """New tokens of one request from one engine step."""
+    """New tokens of one request from one engine step. ``logprobs`` (requests that asked):
+    per new token ``[logprob, [[id, logprob], ...]]``; ``prompt_logprobs`` (once, with the
+    request's first output): the same for prompt tokens 1 .. P-1."""
 
     rid: int
     token_ids: list[int]
@@ -179,6 +191,8 @@ class TokenOutput:
     finish_reason: str | None
     prompt_tokens: int
     cached_tokens: int
+    logprobs: list | None = None
+    prompt_logprobs: list | None = None
 
 
 @message(23)
@@ -186,7 +200,9 @@ class TokenOutput:
 class StepOutputs:
     """Engine -> detokenizer: every request's output of one step, column by column (one msgpack
     array per field: encoding stays cheap inside the engine's loop at large batch sizes).
-    ``t`` is the engine's wall clock. Use `StepOutputs.of` / `items` to go from/to `TokenOutput`."""
+    ``t`` is the engine's wall clock. ``logprobs`` / ``prompt_logprobs`` are None when no
+    output of the step carries them, else one entry per output. Use `StepOutputs.of` / `items`
+    to go from/to `TokenOutput`."""
 
     rids: list[int]
     token_ids: list[list[int]]
@@ -195,17 +211,26 @@ class StepOutputs:
     prompt_tokens: list[int]
     cached_tokens: list[int]
     t: float
+    logprobs: list | None = None
+    prompt_logprobs: list | None = None
 
     @classmethod
     def of(cls, outs: list[TokenOutput], t: float) -> "StepOutputs":
+        lp = [o.logprobs for o in outs]
+        plp = [o.prompt_logprobs for o in outs]
         return cls([o.rid for o in outs], [o.token_ids for o in outs], [o.finished for o in outs],
                    [o.finish_reason for o in outs], [o.prompt_tokens for o in outs],
-                   [o.cached_tokens for o in outs], t)
+                   [o.cached_tokens for o in outs], t,
+                   lp if any(x is not None for x in lp) else None,
+                   plp if any(x is not None for x in plp) else None)
 
     def items(self) -> list[TokenOutput]:
+        n = len(self.rids)
+        lp = self.logprobs or [None] * n
+        plp = self.prompt_logprobs or [None] * n
         return [TokenOutput(*row) for row in zip(self.rids, self.token_ids, self.finished,
                                                   self.finish_reasons, self.prompt_tokens,
-                                                  self.cached_tokens)]
+                                                  self.cached_tokens, lp, plp)]
 
 
 @message(24)
@@ -220,7 +245,10 @@ class EngineStats:
 @message(25)
 @dataclass(slots=True)
 class TextDelta:
-    """Detokenizer -> API server: the new text (stop strings removed) and token ids of one request."""
+    """Detokenizer -> API server: the new text (stop strings removed) and token ids of one
+    request. ``logprobs``: per token id ``[text, logprob, [[text, logprob], ...]]`` (requests
+    that asked); ``prompt_text`` / ``prompt_logprobs`` (``echo``, on the first delta only): the
+    prompt and, when asked, the same entries for its tokens (None for the first)."""
 
     rid: int
     text: str
@@ -229,6 +257,9 @@ class TextDelta:
     finish_reason: str | None
     prompt_tokens: int
     cached_tokens: int
+    logprobs: list | None = None
+    prompt_text: str | None = None
+    prompt_logprobs: list | None = None
 
 
 @message(26)

@@ -77,7 +77,10 @@ def tokenize(tok: TextTokenizer, cfg: TokenizerWorkerConfig, msg: TokenizeReques
     params["max_tokens"] = int(max_tokens)
     detok = dict(msg.detok)
     detok["prompt_tail"] = ids[-PROMPT_TAIL:]
-    return GenerateRequest(msg.rid, ids, params, detok, msg.arrival, msg.priority, msg.tenant)
+    if detok.get("echo"):
+        detok["echo_ids"] = ids
+    return GenerateRequest(msg.rid, ids, params, detok, msg.arrival, msg.priority, msg.tenant,
+                           msg.leads, msg.after)
 
 
 def run(cfg: TokenizerWorkerConfig, ctx: ChildContext) -> None:

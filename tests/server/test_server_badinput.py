@@ -63,9 +63,38 @@ CASES = [
     ("/v1/completions", {**COMP, "top_p": 1.5}, 400, "top_p"),
     ("/v1/completions", {**COMP, "top_k": -2}, 400, "top_k"),
     ("/v1/completions", {**COMP, "seed": 2**70}, 400, "seed"),
-    ("/v1/completions", {**COMP, "n": 2}, 400, "n"),
-    ("/v1/completions", {**COMP, "logprobs": 3}, 400, "logprobs"),
-    ("/v1/completions", {**COMP, "echo": True}, 400, "echo"),
+    ("/v1/completions", {**COMP, "seed": 2**64}, 400, "seed"),
+    ("/v1/completions", {**COMP, "n": 17}, 400, "n"),                       # above server.max_n (16)
+    ("/v1/completions", {**COMP, "n": 0}, 400, "n"),
+    ("/generate", {**GEN, "n": 2}, 400, "n"),
+    ("/v1/completions", {**COMP, "logprobs": 21}, 400, "logprobs"),
+    ("/v1/completions", {**COMP, "logprobs": -1}, 400, "logprobs"),
+    ("/v1/completions", {**COMP, "best_of": 2}, 400, "best_of"),
+    ("/v1/completions", {**COMP, "suffix": "x"}, 400, "suffix"),
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 3}, 400, "top_logprobs"),  # without logprobs
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+    ("/v1/completions", {**COMP, "presence_penalty": 2.5}, 400, "presence_penalty"),
+    ("/v1/completions", {**COMP, "frequency_penalty": -3}, 400, "frequency_penalty"),
+    ("/v1/completions", {**COMP, "repetition_penalty": 0}, 400, "repetition_penalty"),
+    ("/v1/completions", {**COMP, "min_p": 1.5}, 400, "min_p"),
+    ("/v1/completions", {**COMP, "min_tokens": -1}, 400, "min_tokens"),
+    ("/v1/completions", {**COMP, "min_tokens": 5}, 400, None),               # more than max_tokens
+    ("/v1/completions", {**COMP, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    ("/v1/completions", {**COMP, "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("/v1/completions", {**COMP, "logit_bias": {"1000000": 1}}, 400, None),  # outside the vocabulary
+    ("/v1/completions", {**COMP, "response_format": {"type": "xml"}}, 400, "response_format"),
+    ("/v1/completions", {**COMP, "response_format": {"type": "json_schema"}}, 400, "response_format"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "no-such-type"}}}}, 400, None),      # the grammar engine refuses it
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]},
+     400, "tools"),
+    ("/v1/chat/completions", {**CHAT, "tool_choice": "auto"}, 400, "tool_choice"),
+    ("/v1/chat/completions", {**CHAT, "functions": [{"name": "f"}]}, 400, "functions"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "assistant", "content": None,
+                                                    "tool_calls": [{"id": "1"}]}]}, 400, None),
+    ("/v1/completions", {**COMP, "frobnicate": 1}, 400, "frobnicate"),       # not an OpenAI field
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "x", "colour": "red"}]},
+     400, None),
     ("/v1/completions", {**COMP, "stop_token_ids": [-4]}, 400, None),
     ("/v1/completions", {**COMP, "prompt": ["a", "b"]}, 400, "prompt"),
     ("/v1/completions", {**COMP, "stream_options": {"include_usage": True}}, 400, "stream_options"),
