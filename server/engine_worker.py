@@ -137,6 +137,7 @@ class EngineLoop:
             self.apply(StepInputs(held, []))
 
     def step(self) -> None:
+        options = bool(getattr(self.engine, "options", None))  # a live request asked for logprobs
         outs = self.engine.step() or []
         steps = getattr(self.engine, "steps", None)
         if isinstance(steps, list) and not self.cfg.keep_step_records:
@@ -146,7 +147,7 @@ class EngineLoop:
                 self.live.pop(int(o.rid), None)
         if outs:
             lp = plp = None
-            if getattr(self.engine, "options", None):  # some live request asked for logprobs
+            if options:
                 lp = [getattr(o, "logprobs", None) for o in outs]
                 plp = [getattr(o, "prompt_logprobs", None) for o in outs]
                 lp = lp if any(x is not None for x in lp) else None
