@@ -286,7 +286,8 @@ class Scheduler:
             if r.pending or r.rid in preempted:
                 continue
             total = r.num_tokens
-            m = cache.match(r.tokens[: total - 1])
+            # a request that wants its prompt's logprobs computes the whole prompt
+            m = cache.match(r.tokens[: total - 1] if r.params.prompt_logprobs is None else r.tokens[:0])
             start = m.num_tokens
             rem = total - start
             n = self._prefill_chunk(rem, budget, bool(entries))

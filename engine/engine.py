@@ -302,9 +302,12 @@ class Engine:
         t0 = time.perf_counter()
         inputs = self.runner.prepare(batch)
         opts = self.options
-        if opts and inputs.sampling is not None:  # only while a live request sets an option
-            rows = inputs.emit_rows.tolist()
-            inputs.sampling.extras = opts.build([batch.reqs[i] for i in rows], [batch.out_pos[i] for i in rows])
+        if opts:  # only while a live request sets an option
+            if inputs.sampling is not None:
+                rows = inputs.emit_rows.tolist()
+                inputs.sampling.extras = opts.build([batch.reqs[i] for i in rows],
+                                                    [batch.out_pos[i] for i in rows])
+            inputs.prompt_lp = opts.prompt_spec(batch)
         if self.tp is None:
             fl = self.runner.execute(inputs, start, batch, t0=t0)
         else:
@@ -338,6 +341,8 @@ class Engine:
             rows = fl.inputs.emit_rows.tolist()
             self.options.record([fl.batch.reqs[i] for i in rows], [fl.batch.out_pos[i] for i in rows],
                                 fl.logprobs.to_cpu())
+        if fl.prompt_lp is not None:
+            self.options.record_prompt(fl.inputs.prompt_lp, fl.prompt_lp.to_cpu())
         rec.duration = duration
         t_end = time.perf_counter()
         rec.cpu_s += t_end - t
@@ -363,7 +368,11 @@ class Engine:
         new = req.output_ids[done:].tolist()  # a list scan: a step adds a token or two per request
         if PLACEHOLDER in new:
             new = new[: new.index(PLACEHOLDER)]
-        lps = self.options.take(req.rid, done, len(new)) if self.options else None
+        lps = plps = None
+        if self.options:
+            lps = self.options.take(req.rid, done, len(new))
+            if new or finished:
+                plps = self.options.take_prompt(req.rid)
         if finished:
             self._reported.pop(req.rid, None)
             if self.options:
@@ -371,4 +380,4 @@ class Engine:
         else:
             self._reported[req.rid] = done + len(new)
         return StepOutput(req.rid, new, finished, req.finish_reason if finished else None,
-                          req.prompt_len, req.num_cached, lps)
+                          req.prompt_len, req.num_cached, lps, plps)

@@ -17,7 +17,8 @@ class Output:
     """One output of one prompt: decoded ``text`` and ``token_ids`` of the output, the prompt's
     ids, the finish reason, how many prompt tokens came from the prefix cache, ``index`` (which
     of the prompt's ``n`` outputs) and, when asked for, ``logprobs`` (one entry per output token:
-    its log-probability and the most likely alternatives as (id, log-probability) pairs)."""
+    its log-probability and the most likely alternatives as (id, log-probability) pairs) and
+    ``prompt_logprobs`` (the same for prompt tokens 1 .. P-1)."""
 
     text: str
     token_ids: list[int]
@@ -26,6 +27,7 @@ class Output:
     cached_tokens: int
     index: int = 0
     logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
 
 
 def sibling_params(p: SamplingParams, k: int) -> SamplingParams:
@@ -97,6 +99,7 @@ class LLM:
                 parked[first] = [(i, k) for k in range(1, sp.n)]
         got: dict[int, list[int]] = {}
         lps: dict[int, list] = {}
+        plps: dict[int, list] = {}
         info: dict[int, tuple[str | None, int]] = {}
         bar = None
         if use_tqdm:
@@ -110,6 +113,8 @@ class LLM:
                 got.setdefault(out.rid, []).extend(out.new_token_ids)
                 if out.logprobs is not None:
                     lps.setdefault(out.rid, []).extend(out.logprobs)
+                if out.prompt_logprobs is not None:
+                    plps[out.rid] = out.prompt_logprobs
                 if out.finished:
                     info[out.rid] = (out.finish_reason, out.cached_tokens)
                     if bar is not None:
@@ -124,5 +129,5 @@ class LLM:
             toks = got.get(rid, [])
             text = self.tokenizer.decode(toks, skip_special_tokens=True) if text_prompts else ""
             lp = lps.get(rid, []) if plist[i].logprobs is not None else None
-            results.append(Output(text, toks, list(ids[i]), reason, cached, k, lp))
+            results.append(Output(text, toks, list(ids[i]), reason, cached, k, lp, plps.get(rid)))
         return results

@@ -136,3 +136,36 @@ def model_logprobs(logits: torch.Tensor, tokens: torch.Tensor, ks: np.ndarray) -
     top_lp, top_ids = lp.topk(k, dim=-1)
     token = lp.gather(1, tokens[r].long()[:, None])[:, 0]
     return LogprobsOut(rows, token, top_ids, top_lp)
+
+
+@dataclass
+class PromptLogprobsSpec:
+    """Prompt positions of one step whose next prompt token's logprob is wanted: ``tok_idx``
+    (rows of the step's hidden states), ``targets`` (the prompt token that follows each), ``k``
+    (alternatives, the most any request of the step asked for). ``rids`` / ``positions`` (host
+    bookkeeping, unused on the device): whose and which prompt index each target is."""
+
+    tok_idx: np.ndarray
+    targets: np.ndarray
+    k: int
+    rids: np.ndarray
+    positions: np.ndarray
+
+
+PROMPT_LP_CHUNK = 1024  # prompt rows per logits computation (bounds the [rows, vocab] temporaries)
+
+
+def prompt_logprobs(model, hidden: torch.Tensor, spec: PromptLogprobsSpec) -> LogprobsOut:
+    """`LogprobsOut` of ``spec``'s targets under the model, from the step's ``hidden`` states."""
+    dev = hidden.device
+    idx = _idx(spec.tok_idx, dev)
+    tgt = _idx(spec.targets, dev)
+    k = max(1, spec.k)
+    toks, ids, lps = [], [], []
+    for a in range(0, idx.numel(), PROMPT_LP_CHUNK):
+        lp = torch.log_softmax(model.compute_logits(hidden[idx[a:a + PROMPT_LP_CHUNK]]).float(), dim=-1)
+        top_lp, top_ids = lp.topk(k, dim=-1)
+        toks.append(lp.gather(1, tgt[a:a + PROMPT_LP_CHUNK, None])[:, 0])
+        ids.append(top_ids)
+        lps.append(top_lp)
+    return LogprobsOut(np.arange(spec.tok_idx.size), torch.cat(toks), torch.cat(ids), torch.cat(lps))

@@ -14,6 +14,8 @@ class StepOutput:
     (prefix-cache hits at its latest admission) are repeated on every output. ``logprobs``
     (requests with ``SamplingParams.logprobs`` set, else None) has one entry per new token:
     (its log-probability, [(token id, log-probability)] of the most likely tokens).
+    ``prompt_logprobs`` (``SamplingParams.prompt_logprobs`` set): the same for prompt tokens
+    1 .. P-1, once, on the request's first output.
     """
 
     rid: int
@@ -23,3 +25,4 @@ class StepOutput:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None

@@ -13,8 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from twinserve.core.batch import Batch
 from twinserve.core.request import Req
-from twinserve.engine.logits_processing import LogprobsOut, SamplingExtras
+from twinserve.engine.logits_processing import LogprobsOut, PromptLogprobsSpec, SamplingExtras
 
 # one output position's log-probabilities: (the sampled token's, [(id, logprob)] most likely first)
 TokenLogprobs = tuple[float, list[tuple[int, float]]]
@@ -28,6 +29,8 @@ class _Live:
     ban_ids: np.ndarray
     grammar: Any = None
     logprobs: dict[int, TokenLogprobs] = field(default_factory=dict)
+    prompt_lp: dict[int, TokenLogprobs] = field(default_factory=dict)  # prompt index -> entry
+    prompt_sent: bool = False
 
 
 _E_I = np.zeros(0, dtype=np.int64)
@@ -43,7 +46,9 @@ class RequestOptions:
     sets an option; it reads the outputs before ``out_pos[j]``, which must be known on the host
     for the requests of ``needs_sync``. ``record(reqs, out_pos, lp)`` stores a step's
     log-probabilities and ``take(rid, start, n)`` hands back those of outputs
-    ``start .. start + n - 1`` (None for a request that asked for none).
+    ``start .. start + n - 1`` (None for a request that asked for none). Prompt logprobs go the
+    same way: ``prompt_spec(batch)`` names the step's prompt positions, ``record_prompt`` stores
+    their values, ``take_prompt(rid)`` hands back prompt tokens 1 .. P-1 once.
     """
 
     def __init__(self, vocab_size: int, eos_token_ids: Sequence[int], tokenizer_path: str) -> None:
@@ -52,6 +57,7 @@ class RequestOptions:
         self.tokenizer_path = tokenizer_path
         self.live: dict[int, _Live] = {}
         self.synced: set[int] = set()  # requests whose options read their token history
+        self.prompt_rids: set[int] = set()  # requests that want their prompt's logprobs
         self._grammar = None
 
     def __bool__(self) -> bool:
@@ -81,10 +87,54 @@ class RequestOptions:
                                    np.fromiter(bias.values(), np.float32, len(bias)), ban, grammar)
         if p.needs_history:
             self.synced.add(req.rid)
+        if p.prompt_logprobs is not None:
+            self.prompt_rids.add(req.rid)
 
     def drop(self, rid: int) -> None:
         if self.live.pop(rid, None) is not None:
             self.synced.discard(rid)
+            self.prompt_rids.discard(rid)
+
+    def prompt_spec(self, batch: Batch) -> PromptLogprobsSpec | None:
+        """The prompt positions of ``batch`` whose logprobs a request wants (None: none)."""
+        if not self.prompt_rids:
+            return None
+        idx, tgt, rids, pos = [], [], [], []
+        k = 0
+        off = 0
+        for r, s, n, dec in zip(batch.reqs, batch.starts, batch.new_tokens, batch.is_decode):
+            end = min(s + n, r.prompt_len - 1)
+            if not dec and r.rid in self.prompt_rids and end > s:
+                p = np.arange(s, end, dtype=np.int64)
+                idx.append(off + p - s)
+                tgt.append(r.tokens[p + 1].astype(np.int64))
+                rids.append(np.full(p.size, r.rid, np.int64))
+                pos.append(p + 1)
+                k = max(k, r.params.prompt_logprobs or 0)
+            off += n
+        if not idx:
+            return None
+        return PromptLogprobsSpec(np.concatenate(idx), np.concatenate(tgt), k, np.concatenate(rids),
+                                  np.concatenate(pos))
+
+    def record_prompt(self, spec: PromptLogprobsSpec, lp: LogprobsOut) -> None:
+        token = lp.token.float().numpy()
+        top_ids = lp.top_ids.numpy()
+        top_lp = lp.top_lp.float().numpy()
+        for i, (rid, p) in enumerate(zip(spec.rids.tolist(), spec.positions.tolist())):
+            st = self.live.get(rid)
+            if st is None:
+                continue
+            k = st.req.params.prompt_logprobs or 0
+            st.prompt_lp[p] = (float(token[i]), list(zip(top_ids[i, :k].tolist(), top_lp[i, :k].tolist())))
+
+    def take_prompt(self, rid: int) -> list[TokenLogprobs] | None:
+        st = self.live.get(rid)
+        if st is None or st.req.params.prompt_logprobs is None or st.prompt_sent:
+            return None
+        st.prompt_sent = True
+        got = st.prompt_lp
+        return [got.get(p, (float("nan"), [])) for p in range(1, st.req.prompt_len)]
 
     def needs_sync(self, reqs: Sequence[Req]) -> bool:
         """Whether a step of ``reqs`` has a request whose options read its token history."""

@@ -12,6 +12,7 @@ import torch
 from twinserve.core.batch import Batch, padded_batch_size
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
+from twinserve.engine.logits_processing import prompt_logprobs
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 from twinserve.engine.sampler import Sampler
 from twinserve.engine.step_inputs import StepInputs, build_step_inputs
@@ -37,6 +38,7 @@ class InFlight:
     replay_at: float = float("nan")  # perf_counter when a graph replay was enqueued (NaN: eager)
     graph_tokens: int = 0  # the padded size of a token-graph step (0: none)
     logprobs: object = None  # the sampler's LogprobsOut of the step (engine.logits_processing), or None
+    prompt_lp: object = None  # the step's prompt-position LogprobsOut (inputs.prompt_lp), or None
 
 
 def synchronize_event(evt: object) -> None:
@@ -168,6 +170,8 @@ class ModelRunner:
                 ctx = ForwardContext(positions=v["positions"], slots=v["slots"], attn=self.attn)
                 hidden = self.model(v["ids"], ctx)
             logits = self.model.compute_logits(hidden[v["logits_idx"]]) if inp.num_emit else None
+            if inp.prompt_lp is not None:
+                fl.prompt_lp = prompt_logprobs(self.model, hidden, inp.prompt_lp)
         if inp.num_emit:
             tokens = self.sampler.sample(logits, inp.sampling)
             if inp.forced is not None:  # a replayed trace's answers replace the sampled tokens

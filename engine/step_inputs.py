@@ -26,7 +26,8 @@ class StepInputs:
     batch rows that sample, in logits order. ``num_rows`` is the batch size and ``graph_bs`` the
     CUDA-graph size the step replays (0: eager). ``forced`` = (positions among the sampled
     rows, token ids) replaces sampled tokens by given ones (requests carrying an
-    ``output_hint``: a replayed trace's answers). The object references no `Req`, so it fully
+    ``output_hint``: a replayed trace's answers). ``prompt_lp``: which prompt positions' logprobs
+    to compute (`PromptLogprobsSpec`), None for none. The object references no `Req`, so it fully
     describes a step to a tensor-parallel rank that holds no scheduler.
     """
 
@@ -41,6 +42,7 @@ class StepInputs:
     num_rows: int = 0
     graph_bs: int = 0
     forced: tuple[np.ndarray, np.ndarray] | None = None
+    prompt_lp: object = None  # a PromptLogprobsSpec (engine.logits_processing) when a request wants them
 
     def views(self, dev_packed: torch.Tensor) -> dict[str, torch.Tensor]:
         t, e, p = self.num_padded, self.num_emit, self.num_ph

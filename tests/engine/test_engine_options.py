@@ -223,3 +223,20 @@ def test_n_outputs_share_the_prompt_through_the_prefix_cache(llm) -> None:
     assert all(o.cached_tokens >= 32 for o in rest)  # two full pages of 16 from the first output
     again = llm.generate([prompt], sp, use_tqdm=False)
     assert [o.token_ids for o in again] == [o.token_ids for o in outs[:3]]
+
+
+def test_prompt_logprobs_are_the_models_log_softmax(model, hf_model) -> None:
+    hf = hf_model(model)
+    prompt = random_prompts([45], seed=8)[0]
+    with torch.no_grad():
+        lsm = torch.log_softmax(hf(torch.tensor([prompt])).logits[0].float(), -1)
+    # chunks of 16 split the prompt over three steps; the same prompt cached first must not be skipped
+    with LLM(str(model), device="cpu", cpu_kv_tokens=4096, scheduler={"chunk_size": 16}) as llm:
+        llm.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)
+        o = llm.generate([prompt], SamplingParams(max_tokens=2, ignore_eos=True, prompt_logprobs=2),
+                         use_tqdm=False)[0]
+    assert o.cached_tokens == 0 and len(o.prompt_logprobs) == len(prompt) - 1
+    for p, (lp, top) in enumerate(o.prompt_logprobs, start=1):
+        ref = lsm[p - 1]
+        assert lp == pytest.approx(float(ref[prompt[p]]), abs=1e-4), p
+        assert [t for t, _ in top] == ref.topk(2).indices.tolist()

@@ -159,3 +159,24 @@ def test_schema_advertises_the_limits(server) -> None:
     chat = comps["ChatCompletionRequest"]["properties"]
     assert chat["tools"]["maxItems"] == 0 and chat["top_logprobs"]["anyOf"][0]["maximum"] == 20
     assert comps["CompletionRequest"]["additionalProperties"] is False
+
+
+def test_echo_with_prompt_logprobs(client: openai.OpenAI, offline) -> None:
+    prompt = "The quick brown fox"
+    r = client.completions.create(model="tiny-llama", prompt=prompt, max_tokens=1, temperature=0, echo=True,
+                                  logprobs=1, extra_body={"ignore_eos": True})
+    c = r.choices[0]
+    assert c.text.startswith(prompt)  # the one output token may be a partial UTF-8 piece (no text yet)
+    ids = offline.tokenizer(prompt)["input_ids"]
+    ref = offline.generate([ids], _sp(temperature=0.0, max_tokens=1, ignore_eos=True, prompt_logprobs=1,
+                                      logprobs=1), use_tqdm=False)[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(ids) + 1 and lp.token_logprobs[0] is None
+    assert lp.token_logprobs[1:] == pytest.approx([e[0] for e in ref.prompt_logprobs + ref.logprobs], abs=1e-4)
+    plain = client.completions.create(model="tiny-llama", prompt=prompt, max_tokens=2, echo=True)
+    assert plain.choices[0].text.startswith(prompt) and plain.choices[0].logprobs is None
+    chunks = list(client.completions.create(model="tiny-llama", prompt=prompt, max_tokens=1, temperature=0,
+                                            echo=True, logprobs=1, stream=True, extra_body={"ignore_eos": True}))
+    assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    streamed = [x for ch in chunks if ch.choices[0].logprobs for x in ch.choices[0].logprobs.token_logprobs]
+    assert streamed[0] is None and streamed[1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-6)
