@@ -369,13 +369,13 @@ class Engine:
         if PLACEHOLDER in new:
             new = new[: new.index(PLACEHOLDER)]
         lps = plps = None
-        if self.options:
+        if self.options.live:
             lps = self.options.take(req.rid, done, len(new))
             if new or finished:
                 plps = self.options.take_prompt(req.rid)
         if finished:
             self._reported.pop(req.rid, None)
-            if self.options:
+            if self.options.live:
                 self.options.drop(req.rid)
         else:
             self._reported[req.rid] = done + len(new)

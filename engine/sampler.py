@@ -38,12 +38,13 @@ class SamplingBatch:
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], counters: Sequence[int]) -> "SamplingBatch":
         n = len(params)
-        raw = np.empty(n, dtype=object)
-        raw[:] = [p.seed for p in params]
-        seeded = np.not_equal(raw, None)
+        raw = [p.seed for p in params]
         seeds = np.zeros(n, dtype=np.int64)
-        if seeded.any():
-            seeds[seeded] = [seed64(s) for s in raw[seeded]]
+        if raw.count(None) == n:
+            seeded = np.zeros(n, dtype=bool)
+        else:
+            seeded = np.fromiter((s is not None for s in raw), bool, n)
+            seeds[seeded] = [seed64(s) for s in raw if s is not None]
         return cls(
             temperature=np.fromiter((p.temperature for p in params), np.float32, n),
             top_k=np.fromiter((p.top_k for p in params), np.int64, n),
