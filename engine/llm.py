@@ -89,6 +89,7 @@ class LLM:
             sp.validate()
         ids = [self.tokenizer(p)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
         eng = self.engine
+        first_rid = self._next_rid
         slots: list[tuple[int, int]] = []  # (prompt index, output index) per result, in order
         rid_of: dict[tuple[int, int], int] = {}
         parked: dict[int, list[tuple[int, int]]] = {}  # first output's rid -> the others to add
@@ -108,6 +109,8 @@ class LLM:
             bar = tqdm(total=len(slots), desc="generate", unit="req")
         while len(info) < len(slots) and eng.has_work():
             for out in eng.step():
+                if out.rid < first_rid:
+                    continue  # an earlier call's request, still in flight when that call returned
                 for i, k in parked.pop(out.rid, ()):
                     rid_of[(i, k)] = self._add(ids[i], sibling_params(plist[i], k))
                 got.setdefault(out.rid, []).extend(out.new_token_ids)

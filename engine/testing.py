@@ -103,3 +103,25 @@ def greedy_mismatches(llm, hf, prompts: Sequence[Sequence[int]], n: int) -> list
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     outs = llm.generate(list(prompts), params, use_tqdm=False)
     return [i for i, (p, o) in enumerate(zip(prompts, outs)) if o.token_ids != hf_greedy(hf, p, n)]
+
+
+def reference_processed_row(row, tokens: Sequence[int], prompt_len: int, pos: int, params, eos: Sequence[int]):
+    """One row of logits after `SamplingParams`' processors, computed token by token in plain
+    torch (the reference for `engine.logits_processing`): ``tokens[:prompt_len]`` is the prompt,
+    ``tokens[prompt_len:prompt_len + pos]`` the outputs before the one being sampled."""
+    import collections
+
+    row = row.clone()
+    for t, b in params.logit_bias.items():
+        row[t] += b
+    if pos < params.min_tokens:
+        banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
+        for t in banned:
+            row[t] = float("-inf")
+    outs = list(tokens[prompt_len: prompt_len + pos])
+    if params.repetition_penalty != 1.0:
+        for t in set(tokens[:prompt_len]) | set(outs):
+            row[t] = row[t] / params.repetition_penalty if row[t] > 0 else row[t] * params.repetition_penalty
+    for t, c in collections.Counter(outs).items():
+        row[t] -= params.frequency_penalty * c + params.presence_penalty
+    return row

@@ -7,7 +7,6 @@ json_schema outputs parse and validate; 64-bit seeds; ``n`` outputs sharing the 
 
 from __future__ import annotations
 
-import collections
 import json
 
 import numpy as np
@@ -20,7 +19,7 @@ from twinserve.engine.llm import LLM
 from twinserve.engine.logits_processing import apply_min_p, apply_processors
 from twinserve.engine.request_options import RequestOptions
 from twinserve.engine.sampler import Sampler, SamplingBatch
-from twinserve.engine.testing import random_prompts
+from twinserve.engine.testing import random_prompts, reference_processed_row
 
 EOS = 2
 VOCAB = 64
@@ -35,20 +34,8 @@ def _req(rid: int, prompt: list[int], outputs: list[int], **kw) -> Req:
 
 def _reference_row(row: torch.Tensor, r: Req, pos: int) -> torch.Tensor:
     """The documented processing order, one token at a time."""
-    p = r.params
-    row = row.clone()
-    for t, b in p.logit_bias.items():
-        row[t] += b
-    if pos < p.min_tokens:
-        for t in {EOS, *p.stop_token_ids}:
-            row[t] = float("-inf")
-    outs = r.tokens[r.prompt_len: r.prompt_len + pos].tolist()
-    if p.repetition_penalty != 1.0:
-        for t in set(r.tokens[: r.prompt_len].tolist()) | set(outs):
-            row[t] = row[t] / p.repetition_penalty if row[t] > 0 else row[t] * p.repetition_penalty
-    for t, c in collections.Counter(outs).items():
-        row[t] -= p.frequency_penalty * c + p.presence_penalty
-    return row
+    return reference_processed_row(row, r.tokens[: r.prompt_len + pos].tolist(), r.prompt_len, pos, r.params,
+                                   [EOS])
 
 
 def test_processors_match_a_direct_computation() -> None:
