@@ -51,7 +51,10 @@ class GrammarMatcher:
                 if t < 32 * self.words:
                     bits[t // 32] |= np.int32(np.uint32(1 << (t % 32)).view(np.int32))
             return bits
-        return np.frombuffer(self.m.compute_bitmask(), dtype=np.int32)[: self.words].copy()
+        bits = np.frombuffer(self.m.compute_bitmask(), dtype=np.int32)[: self.words]
+        if bits.size < self.words:  # a tokenizer smaller than the model's vocabulary
+            bits = np.concatenate([bits, np.zeros(self.words - bits.size, np.int32)])
+        return bits.copy()
 
 
 class GrammarCompiler:
@@ -68,7 +71,11 @@ class GrammarCompiler:
             text = f.read()
         self.eos = tuple(int(t) for t in eos_token_ids)
         self.vocab = int(vocab_size)
-        self.tok = llg.LLTokenizer(text, n_vocab=self.vocab, eos_token=list(self.eos) or None)
+        eos = list(self.eos) or None
+        try:
+            self.tok = llg.LLTokenizer(text, n_vocab=self.vocab, eos_token=eos)
+        except ValueError:  # the tokenizer has more ids than the model's logits
+            self.tok = llg.LLTokenizer(text, eos_token=eos)
         self.words = (self.vocab + 31) // 32
         self._grammars: dict[str, str] = {}
 

@@ -79,9 +79,9 @@ class RequestOptions:
             ban = np.asarray(sorted(stops), dtype=np.int64)
         grammar = None
         if p.json_schema is not None:
-            if p.ignore_eos:
-                raise ValueError("json_schema cannot be combined with ignore_eos (the output ends "
-                                 "when the JSON value is complete)")
+            if p.ignore_eos or p.min_tokens:
+                raise ValueError("json_schema cannot be combined with ignore_eos or min_tokens (the "
+                                 "output ends when the JSON value is complete)")
             grammar = self._compiler().matcher(p.json_schema)
         self.live[req.rid] = _Live(req, np.fromiter(bias, np.int64, len(bias)),
                                    np.fromiter(bias.values(), np.float32, len(bias)), ban, grammar)

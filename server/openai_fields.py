@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
+from twinserve.server.config import MAX_N_LIMIT
 from twinserve.server.messages import TextDelta
 
 
@@ -133,8 +134,8 @@ def model_card(name: str, created: int, root: str, max_model_len: int) -> dict[s
 
 def openapi_with_limits(build: Callable[[], dict[str, Any]], max_n: Callable[[], int | None]
                         ) -> Callable[[], dict[str, Any]]:
-    """An ``app.openapi`` that sets every request body's ``n`` maximum to ``max_n()`` (the
-    configured ``server.max_n``, once the server knows it)."""
+    """An ``app.openapi`` that sets the ``n`` maximum of every request body that allows
+    `MAX_N_LIMIT` to ``max_n()`` (the configured ``server.max_n``, once the server knows it)."""
     cache: dict[int | None, dict[str, Any]] = {}
 
     def openapi() -> dict[str, Any]:
@@ -143,7 +144,7 @@ def openapi_with_limits(build: Callable[[], dict[str, Any]], max_n: Callable[[],
             schema = build()
             for comp in schema.get("components", {}).get("schemas", {}).values():
                 n = comp.get("properties", {}).get("n")
-                if n is not None and limit is not None:
+                if n is not None and limit is not None and n.get("maximum") == MAX_N_LIMIT:
                     n["maximum"] = limit
             cache.clear()
             cache[limit] = schema

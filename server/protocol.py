@@ -250,8 +250,4 @@ class GenerateRequestBody(SamplingFields):
     """``POST /generate``: token ids in, token ids out (no text is decoded)."""
 
     input_ids: list[TokenId] = Field(min_length=1)
-
-    def check_supported(self, max_n: int = MAX_N) -> None:
-        super().check_supported(max_n)
-        if self.n != 1:
-            raise APIError(400, "/generate returns one output; send n requests", param="n")
+    n: int = Field(1, ge=1, le=1, description="one output per request")

@@ -189,6 +189,7 @@ def test_bad_options_are_refused(llm) -> None:
              (SamplingParams(json_schema='{"type": "nonsense"}'), "JSON schema"),
              (SamplingParams(json_schema="{not json"), "JSON schema"),
              (SamplingParams(json_schema='{"type": "object"}', ignore_eos=True), "ignore_eos"),
+             (SamplingParams(json_schema='{"type": "object"}', min_tokens=2), "min_tokens"),
              (SamplingParams(n=2), "n=1"),
              (SamplingParams(min_tokens=20, max_tokens=4), "min_tokens"),
              (SamplingParams(presence_penalty=3.0), "presence_penalty")]
