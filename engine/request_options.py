@@ -33,10 +33,6 @@ class _Live:
     prompt_sent: bool = False
 
 
-_E_I = np.zeros(0, dtype=np.int64)
-_E_F = np.zeros(0, dtype=np.float32)
-
-
 class RequestOptions:
     """Tracks the live requests that set an option (``SamplingParams.has_extras``).
 
@@ -192,14 +188,14 @@ class RequestOptions:
                 parts["mask_rows"].append(np.array([j], np.int64))
                 masks.append(st.grammar.bitmask(outputs))
 
-        def cat(k: str, empty: np.ndarray = _E_I) -> np.ndarray:
-            return np.concatenate(parts[k]) if parts[k] else empty
+        def cat(k: str, dtype: type = np.int64) -> np.ndarray:
+            return np.concatenate(parts[k]) if parts[k] else np.zeros(0, dtype)
 
         words = (self.vocab + 31) // 32
         return SamplingExtras(
             presence=presence, frequency=frequency, repetition=repetition, min_p=min_p,
             logprobs=logprobs, bias_rows=cat("bias_rows"), bias_ids=cat("bias_ids"),
-            bias_vals=cat("bias_vals", _E_F), ban_rows=cat("ban_rows"), ban_ids=cat("ban_ids"),
+            bias_vals=cat("bias_vals", np.float32), ban_rows=cat("ban_rows"), ban_ids=cat("ban_ids"),
             count_rows=cat("count_rows"), count_ids=cat("count_ids"), seen_rows=cat("seen_rows"),
             seen_ids=cat("seen_ids"), mask_rows=cat("mask_rows"),
             mask_bits=np.stack(masks) if masks else np.zeros((0, words), np.int32),
