@@ -228,3 +228,14 @@ def test_prompt_logprobs_are_the_models_log_softmax(model, hf_model) -> None:
         ref = lsm[p - 1]
         assert lp == pytest.approx(float(ref[prompt[p]]), abs=1e-4), p
         assert [t for t, _ in top] == ref.topk(2).indices.tolist()
+
+
+def test_plain_requests_never_build_extras(llm, monkeypatch) -> None:
+    def fail(*a, **k):
+        raise AssertionError("a step of plain requests built SamplingExtras")
+
+    monkeypatch.setattr(llm.engine.options, "build", fail)
+    monkeypatch.setattr(llm.engine.options, "prompt_spec", fail)
+    outs = llm.generate(random_prompts([5, 9], seed=4), SamplingParams(temperature=0.7, seed=1, top_k=5, max_tokens=4,
+                                                                      ignore_eos=True), use_tqdm=False)
+    assert [len(o.token_ids) for o in outs] == [4, 4] and not llm.engine.options.live
