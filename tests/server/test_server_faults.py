@@ -52,7 +52,7 @@ def small_server(tiny_model: str):
     from twinserve.server.launch import start_server
 
     h = start_server(_engine_config(tiny_model, scheduler={"max_running": 1}), queue_limit=2,
-                     env={"OMP_NUM_THREADS": "1"})
+                     debug=True, env={"OMP_NUM_THREADS": "1"})
     yield h
     h.stop()
 
@@ -129,7 +129,7 @@ def test_cli_server_engine_death_then_sigterm(tiny_model: str) -> None:
     cmd = [sys.executable, "-c", "from twinserve.server.launch import main; main()",
            f"model.path={tiny_model}", f"server.port={port}", "scheduler=lpm", "cache=radix",
            "backend.device=cpu", "model.max_model_len=256", "backend.cpu_kv_tokens=8192",
-           "server.queue_limit=16"]
+           "server.queue_limit=16", "server.debug=true"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
