@@ -4,6 +4,7 @@ the heartbeat, the API-key paths, the queue limit and the engine counters in the
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -205,3 +206,43 @@ def test_request_times_of_finished_requests() -> None:
     t = request_times([r, never])
     assert (t.queue_s, t.prefill_s, t.decode_s) == ([0.5], [0.5], [2.0])
     assert request_times([never]) is None
+
+
+class _Busy(_FakeEngine):
+    """Always has work; each step takes 30 ms; the 20th ends the loop."""
+
+    class Done(Exception):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__(max_running=1)
+        self.steps_run = 0
+
+    def has_work(self) -> bool:
+        return True
+
+    def step(self) -> list:
+        time.sleep(0.03)
+        self.steps_run += 1
+        if self.steps_run == 20:
+            raise _Busy.Done
+        return []
+
+
+class _EmptyInbox:
+    def poll(self, timeout_ms: int) -> int:
+        return 0
+
+    def recv(self, flags: int = 0, copy: bool = True) -> bytes:
+        import zmq
+
+        raise zmq.Again()
+
+
+def test_busy_engine_loop_keeps_beating() -> None:
+    out = _Sink()
+    loop = EngineLoop(_Busy(), out, EngineWorkerConfig(None, "", None, 0.1))
+    with pytest.raises(_Busy.Done):
+        loop.run(_EmptyInbox())
+    beats = [m for m in out.msgs if type(m).__name__ == "EngineStats"]
+    assert len(beats) >= 5  # 0.6 s of back-to-back steps, one beat per 0.1 s

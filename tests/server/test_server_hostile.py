@@ -87,7 +87,9 @@ def test_in_flight_returns_to_zero_after_each_failure_kind(server) -> None:
 
 
 def test_body_over_the_limit_is_a_413(server) -> None:
-    limit = 8 * 1024 * 1024  # ServerConfig.max_body_bytes default
+    from twinserve.server.config import ServerConfig
+
+    limit = ServerConfig().max_body_bytes  # the shared server runs with the default
     body = json.dumps({"prompt": "a" * limit, "max_tokens": 1}).encode()
     r = httpx.post(f"{server.url}/v1/completions", content=body, headers=JSON, timeout=30)
     assert r.status_code == 413 and "max_body_bytes" in r.json()["error"]["message"]
