@@ -2,8 +2,8 @@
 
 Contract of every generation endpoint: the body is validated (400 with an OpenAI error body on
 any bad field), the request goes to the tokenizer, and the handler waits for the engine's
-``Accepted`` or an ``ErrorReply`` (400 too long / bad ids, 429 queue full, 503 engine down)
-before answering, so errors keep their HTTP status even for ``stream=true``. A client that
+``Accepted`` or an ``ErrorReply`` (400 too long / bad ids, 429 queue full, 503 engine down or
+stalled) before answering, so errors keep their HTTP status even for ``stream=true``. A client that
 disconnects at any point aborts its request (the engine frees its pages). No handler can wait
 forever: a dead worker fails every live request, and ``request_timeout_s`` bounds the rest.
 """
