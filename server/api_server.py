@@ -2,8 +2,8 @@
 
 Contract of every generation endpoint: the body is validated (400 with an OpenAI error body on
 any bad field), the request goes to the tokenizer, and the handler waits for the engine's
-``Accepted`` or an ``ErrorReply`` (400 too long / bad ids, 429 queue full, 503 engine down)
-before answering, so errors keep their HTTP status even for ``stream=true``. A client that
+``Accepted`` or an ``ErrorReply`` (400 too long / bad ids, 429 queue full, 503 engine down or
+stalled) before answering, so errors keep their HTTP status even for ``stream=true``. A client that
 disconnects at any point aborts its request (the engine frees its pages). No handler can wait
 forever: a dead worker fails every live request, and ``request_timeout_s`` bounds the rest.
 """
@@ -23,17 +23,18 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from twinserve.core.sampling import seed64
 from twinserve.server.engine_client import EngineClient, RequestStream
 from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
 from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
 from twinserve.server.messages import TokenizeRequest
-from twinserve.core.sampling import seed64
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.openai_fields import Choice, merged_batches, model_card, openapi_with_limits, usage_of
 from twinserve.server.protocol import (
     ChatCompletionRequest, CompletionRequest, GenerateRequestBody, SamplingFields,
 )
 from twinserve.server.sse import SSE_DONE, EventStream, sse_data, unless_disconnected
+from twinserve.server.text_guard import check_text
 
 CLIENT_GONE = 499  # nginx's "client closed request"; nobody reads it
 
@@ -82,6 +83,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def _check_model(st: AppState, body: SamplingFields) -> None:
+    check_text(body)  # first: later checks and error bodies quote the body's strings
     if body.model is not None and body.model not in (st.model.name, st.model.path):
         raise APIError(404, f"The model `{body.model}` does not exist; this server serves "
                        f"`{st.model.name}`.", param="model", code="model_not_found")
@@ -235,7 +237,7 @@ def _register_routes(app: FastAPI) -> None:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         m = _state(request).model
-        return {"object": "list", "data": [model_card(m.name, m.created, m.path, m.max_model_len)]}
+        return {"object": "list", "data": [model_card(m.name, m.created, m.max_model_len)]}
 
     @app.get("/v1/models/{model_id:path}", responses={404: ERROR_RESPONSES[404]})
     async def model(model_id: str, request: Request) -> dict[str, Any]:
@@ -243,11 +245,11 @@ def _register_routes(app: FastAPI) -> None:
         if model_id != m.name:
             raise APIError(404, f"The model `{model_id}` does not exist; this server serves `{m.name}`.",
                            param="model", code="model_not_found")
-        return model_card(m.name, m.created, m.path, m.max_model_len)
+        return model_card(m.name, m.created, m.max_model_len)
 
     @app.get("/health", responses={503: ERROR_RESPONSES[503]})
     async def health(request: Request) -> Response:
-        down = _state(request).client.down
+        down = _state(request).client.unavailable
         if down is not None:
             return JSONResponse(error_body(503, down), status_code=503)
         return JSONResponse({"status": "ok"})
@@ -256,19 +258,11 @@ def _register_routes(app: FastAPI) -> None:
     async def metrics(request: Request) -> Response:
         return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/debug/engine")
-    async def debug_engine(request: Request) -> dict[str, Any]:
-        """The engine's latest gauges (KV usage included), the API server's live requests, the
-        server's process ids and IPC directory (tests check that shutdown leaves neither)."""
-        st = _state(request)
-        return {"stats": st.client.stats, "stats_time": st.client.stats_time,
-                "in_flight": len(st.client.live), "pids": st.pids, "ipc_dir": st.ipc_dir}
-
 
 def _register_errors(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body, status_code=exc.status)
+        return JSONResponse(exc.body, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -277,7 +271,13 @@ def _register_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        # the details go to the server's log, not to the client
+        return JSONResponse(error_body(500, "internal server error"), status_code=500)
 
 
 def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[AppState]]) -> FastAPI:

@@ -125,7 +125,7 @@ def run_http(engine_cfg: Any, sc: Scenario) -> dict[str, Any]:
     from twinserve.server.launch import start_server
 
     vocab = _vocab(engine_cfg.model)
-    with start_server(engine_cfg, queue_limit=None, request_timeout_s=None) as h:
+    with start_server(engine_cfg, queue_limit=None, request_timeout_s=None, debug=True) as h:
         cfg = BenchConfig(base_url=h.url)
         bench_workload(cfg, build_workload(_warmup(sc), vocab))
         pids = httpx.get(f"{h.url}/debug/engine", timeout=10).json()["pids"]

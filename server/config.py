@@ -13,8 +13,9 @@ class ServerConfig:
 
     - ``host`` / ``port``: where uvicorn listens (``port=0``: pick a free port; the chosen one is
       reported by the launcher).
-    - ``queue_limit``: most requests that may wait in the engine's queue; a request beyond it gets
-      429. ``None`` means unlimited.
+    - ``queue_limit``: most requests that may wait in the engine's queue beyond its running slots
+      (the engine holds at most ``max_running + queue_limit``); a request beyond it gets 429 with
+      ``Retry-After: retry_after_s``. ``None`` means unlimited.
     - ``served_model_name``: the id in ``/v1/models`` and responses (default: the model dir name).
     - ``engine_factory``: ``"module:Class"`` building the engine from its config (the seam that
       lets tests or other engines plug in; default the real twinserve engine).
@@ -22,6 +23,12 @@ class ServerConfig:
     - ``startup_timeout_s`` / ``shutdown_timeout_s``: handshake and stop deadlines per child.
     - ``request_timeout_s``: a request still unfinished after this long fails with 504 (a safety net
       against hangs; ``None`` disables it).
+    - ``engine_stall_s``: no engine heartbeat for this long turns ``/health`` to 503 and fails the
+      in-flight requests with 503 (``None`` disables it); must exceed ``stats_interval_s``.
+    - ``max_body_bytes``: a request body larger than this gets 413 before it is parsed.
+    - ``api_key``: when set (or when ``TWINSERVE_API_KEY`` is), every ``/v1/*`` and ``/generate``
+      call needs ``Authorization: Bearer <key>`` (401 otherwise).
+    - ``debug``: serve ``/debug/*`` (process ids, IPC paths, engine stats); off by default.
     - ``max_n``: the largest ``n`` (outputs per request) a request may ask for (at most `MAX_N_LIMIT`).
     """
 
@@ -34,6 +41,11 @@ class ServerConfig:
     startup_timeout_s: float = 600.0
     shutdown_timeout_s: float = 5.0
     request_timeout_s: float | None = 3600.0
+    engine_stall_s: float | None = 30.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    retry_after_s: int = 1
+    api_key: str | None = None
+    debug: bool = False
     log_level: str = "warning"
     max_n: int = 16
 
@@ -46,3 +58,12 @@ class ServerConfig:
             raise ValueError(f"server.max_n must be in [1, {MAX_N_LIMIT}], got {self.max_n}")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ValueError(f"server.request_timeout_s must be > 0 or null, got {self.request_timeout_s}")
+        if self.engine_stall_s is not None and self.engine_stall_s <= self.stats_interval_s:
+            raise ValueError(f"server.engine_stall_s must exceed server.stats_interval_s "
+                             f"({self.stats_interval_s}) or be null, got {self.engine_stall_s}")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"server.max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        if self.retry_after_s < 0:
+            raise ValueError(f"server.retry_after_s must be >= 0, got {self.retry_after_s}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("server.api_key must not be empty (null: no key)")

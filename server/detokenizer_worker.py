@@ -12,8 +12,8 @@ Contract per request (state created by its ``Accepted``, dropped when it finishe
 - stop strings are looked for only once the request has ``min_tokens`` outputs;
 - log-probabilities get each token's text (the token decoded alone, special tokens included);
   an ``echo`` request's first delta carries the prompt's text and its prompt log-probabilities;
-- outputs of unknown requests (already ended) are dropped; ``Accepted``, ``ErrorReply`` and
-  ``EngineStats`` pass through to the API server unchanged.
+- outputs of unknown requests (already ended) are dropped; ``Accepted``, ``ErrorReply``,
+  ``EngineStats`` and ``RequestTimes`` pass through to the API server unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import (
-    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, StepOutputs, TextDelta, TokenOutput,
+    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, RequestTimes, StepOutputs,
+    TextDelta, TokenOutput,
 )
 from twinserve.server.proc import ChildContext
 from twinserve.server.tokenization import TextStream, TextTokenizer
@@ -161,7 +162,7 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
                 elif isinstance(msg, Accepted):
                     detok.accept(msg)
                     send(to_api, msg)
-                elif isinstance(msg, (ErrorReply, EngineStats)):
+                elif isinstance(msg, (ErrorReply, EngineStats, RequestTimes)):
                     send(to_api, msg)
     finally:
         for s in (inbox, to_api, to_engine):

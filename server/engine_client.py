@@ -2,8 +2,9 @@
 
 One reader task drains the API server's input socket and routes every ``Accepted``,
 ``ErrorReply`` and ``TextDelta`` to its request's queue; ``EngineStats`` refresh the engine
-gauges. `EngineClient.fail_all` (a worker died, or the server is stopping) puts a terminal error
-into every live request's queue, so no handler waits forever.
+gauges. `EngineClient.fail_all` (a worker died, or the server is stopping) and `EngineClient.fail_stalled`
+(no engine heartbeat for ``engine_stall_s``) put a terminal error into every live request's queue,
+so no handler waits forever.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import zmq
 import zmq.asyncio
 
 from twinserve.server.errors import APIError
+from twinserve.server.health import EngineHeartbeat
 from twinserve.server.ipc import IpcPaths
 from twinserve.server.messages import (
-    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, TextDelta, TokenizeRequest,
-    decode, encode,
+    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, RequestTimes, TextDelta,
+    TokenizeRequest, decode, encode,
 )
 from twinserve.server.metrics import ServerMetrics
 
@@ -61,10 +63,13 @@ class EngineClient:
     """Talks to the tokenizer (requests, aborts) and listens to the detokenizer and tokenizer.
 
     Invariant: a rid is in ``live`` from ``submit`` until its finishing delta, its error, or
-    ``abort``; messages for rids not in ``live`` are dropped.
+    ``abort``; messages for rids not in ``live`` are dropped. ``submit`` registers nothing when it
+    raises. ``unavailable`` is why new requests get 503: a dead worker (``down``, for good) or a
+    stalled engine (``heartbeat.stalled``, until the next heartbeat).
     """
 
-    def __init__(self, paths: IpcPaths, metrics: ServerMetrics, request_timeout_s: float | None) -> None:
+    def __init__(self, paths: IpcPaths, metrics: ServerMetrics, request_timeout_s: float | None,
+                 engine_stall_s: float | None = None, retry_after_s: int = 1) -> None:
         self.zctx = zmq.asyncio.Context()
         self.inbox = self.zctx.socket(zmq.PULL)
         self.inbox.setsockopt(zmq.LINGER, 0)
@@ -80,27 +85,43 @@ class EngineClient:
         self.stats: dict[str, Any] = {}
         self.stats_time = 0.0
         self.down: str | None = None  # why the pipeline is unusable, once it is
+        self.heartbeat = EngineHeartbeat(engine_stall_s)
+        self.retry_after_s = retry_after_s
         self._rids = itertools.count(1)
+
+    @property
+    def unavailable(self) -> str | None:
+        return self.down if self.down is not None else self.heartbeat.stalled
 
     # ---- requests ----------------------------------------------------------------------------
     async def submit(self, build: Callable[[int], TokenizeRequest]) -> RequestStream:
-        if self.down is not None:
-            raise APIError(503, self.down)
+        why = self.unavailable
+        if why is not None:
+            raise APIError(503, why)
         rid = next(self._rids)
+        try:
+            data = encode(build(rid))
+        except (UnicodeEncodeError, TypeError, ValueError, OverflowError) as e:
+            raise APIError(400, f"the request cannot be encoded: {e}", code="invalid_text") from None
         st = RequestStream(rid, time.perf_counter())
         if self.timeout is not None:
             st.timer = asyncio.get_running_loop().call_later(self.timeout, st.queue.put_nowait, _EXPIRED)
         self.live[rid] = st
         self.metrics.in_flight.set(len(self.live))
-        await self.to_tok.send(encode(build(rid)))
+        try:
+            await self.to_tok.send(data)
+        except BaseException:
+            self._drop(st)
+            raise
         return st
 
-    async def abort(self, st: RequestStream) -> None:
+    async def abort(self, st: RequestStream, reason: str = "client") -> None:
         """Forget ``st`` and tell the engine (through the tokenizer) to free it."""
         if self.live.get(st.rid) is st:
             self._drop(st)
+            self.metrics.aborted.labels(reason=reason).inc()
             if self.down is None:
-                await self.to_tok.send(encode(AbortRequest(st.rid, "client")))
+                await self.to_tok.send(encode(AbortRequest(st.rid, reason)))
 
     def _drop(self, st: RequestStream) -> None:
         if st.timer is not None:
@@ -113,9 +134,10 @@ class EngineClient:
         if isinstance(ev, ErrorReply):
             self._drop(st)
             self.metrics.rejected.labels(status=str(ev.status)).inc()
-            raise APIError(ev.status, ev.message, ev.type, ev.param, ev.code)
+            headers = {"Retry-After": str(self.retry_after_s)} if ev.status == 429 else None
+            raise APIError(ev.status, ev.message, ev.type, ev.param, ev.code, headers)
         if ev is _EXPIRED:
-            await self.abort(st)
+            await self.abort(st, "timeout")
             raise APIError(504, f"the request did not finish within {self.timeout} s")
         return ev
 
@@ -196,9 +218,13 @@ class EngineClient:
             if st is not None:
                 st.queue.put_nowait(msg)
         elif isinstance(msg, EngineStats):
-            self.stats = msg.stats
-            self.stats_time = msg.t
-            self.metrics.update_engine(msg.stats)
+            self.heartbeat.beat()
+            if self.down is None:
+                self.stats = msg.stats
+                self.stats_time = msg.t
+                self.metrics.update_engine(msg.stats)
+        elif isinstance(msg, RequestTimes):
+            self.metrics.observe_request_times(msg)
 
     async def run_reader(self) -> None:
         while True:
@@ -210,11 +236,29 @@ class EngineClient:
             self._route(msg)
 
     # ---- faults and shutdown -----------------------------------------------------------------
+    def _fail_live(self, status: int, message: str) -> list[int]:
+        rids = list(self.live)
+        for rid in rids:
+            self.live[rid].queue.put_nowait(ErrorReply(rid, status, message, "service_unavailable"))
+        if rids:
+            self.metrics.aborted.labels(reason="server").inc(len(rids))
+        return rids
+
     def fail_all(self, status: int, message: str) -> None:
-        """Mark the pipeline down and end every live request with ``status``."""
+        """Mark the pipeline down for good, end every live request with ``status``, zero the
+        engine gauges (no worker reports them any more)."""
         self.down = message
-        for rid, st in list(self.live.items()):
-            st.queue.put_nowait(ErrorReply(rid, status, message, "service_unavailable"))
+        self.stats = {}
+        self.metrics.reset_engine()
+        self._fail_live(status, message)
+
+    async def fail_stalled(self, message: str) -> None:
+        """End every live request with 503 and ask the engine to free them (it reads the aborts
+        if it resumes); new requests get 503 until the next heartbeat."""
+        self.metrics.reset_engine()
+        for rid in self._fail_live(503, message):
+            if self.down is None:
+                await self.to_tok.send(encode(AbortRequest(rid, "stalled")))
 
     def close(self) -> None:
         self.inbox.close(linger=0)

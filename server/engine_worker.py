@@ -4,12 +4,19 @@ Runs as a child process (see `twinserve.server.proc`). Loop contract: between tw
 it drains its input socket (waiting up to ``stats_interval_s`` only when the engine is idle),
 applies every abort and add in arrival order, answers each add with ``Accepted`` or
 ``ErrorReply`` (400 for a request the scheduler refuses, 429 beyond the queue limit), runs one
-``engine.step()`` when there is work and sends that step's outputs as one ``StepOutputs``. All
-replies go to the detokenizer on one socket, so ``Accepted`` precedes the request's tokens.
-A request sent ``after`` another (the other outputs of an ``n > 1`` request) waits, unanswered,
-until that one has its first output or ends, and is then added like any other.
-Engine gauges (``EngineStats``) go out every ``stats_interval_s`` and when the engine turns idle.
+``engine.step()`` when there is work and sends that step's outputs as one ``StepOutputs``
+(and the finished requests' phase times as one ``RequestTimes``). All replies go to the
+detokenizer on one socket, so ``Accepted`` precedes the request's tokens. A request sent
+``after`` another (the other outputs of an ``n > 1`` request) waits, unanswered, until that one
+has its first output or ends, and is then added like any other. Engine gauges and
+counters (``EngineStats``) go out from the loop itself at least every ``stats_interval_s``, idle
+or busy, and when the engine turns idle: they are the engine's heartbeat (`server.health`).
 An exception from the engine ends the process (the API server then fails in-flight requests).
+
+Queue limit: the worker counts the requests the engine holds (``live``: accepted, not yet
+finished or aborted); an add is accepted iff that count is below ``max_running + queue_limit``,
+so ``queue_limit`` is the number of requests that may wait beyond the engine's running slots,
+whatever the scheduler has admitted so far.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from twinserve.core.sampling import SamplingParams
 from twinserve.engine.heap import settle_heap
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import (
-    AbortRequest, Accepted, EngineStats, ErrorReply, GenerateRequest, StepInputs, StepOutputs,
-    TokenOutput,
+    AbortRequest, Accepted, EngineStats, ErrorReply, GenerateRequest, RequestTimes, StepInputs,
+    StepOutputs, TokenOutput,
 )
 from twinserve.server.proc import ChildContext, resolve
 
@@ -57,6 +64,31 @@ def engine_info(engine: Any) -> dict[str, Any]:
     return info
 
 
+def engine_counters(engine: Any) -> dict[str, float]:
+    """Cumulative counters of the engine's scheduler (0 for an engine without one): preemptions
+    and prefix-cache queried / hit tokens."""
+    sched = getattr(engine, "scheduler", None)
+    cache = getattr(getattr(sched, "cache", None), "stats", None)
+    return {"num_preemptions": float(getattr(sched, "num_preemptions", 0) or 0),
+            "prefix_cache_queried_tokens": float(getattr(cache, "queried_tokens", 0) or 0),
+            "prefix_cache_hit_tokens": float(getattr(cache, "hit_tokens", 0) or 0)}
+
+
+def max_running(engine: Any) -> int:
+    return int(getattr(getattr(engine, "sched_config", None), "max_running", 0) or 0)
+
+
+def request_times(reqs: list[Req]) -> RequestTimes | None:
+    """Phase times of finished requests that reached their first token (others have no phases)."""
+    rows = [(r.t_scheduled - r.arrival, r.t_first_token - r.t_scheduled, r.t_finish - r.t_first_token)
+            for r in reqs if r.t_scheduled is not None and r.t_first_token is not None
+            and r.t_finish is not None]
+    if not rows:
+        return None
+    q, p, d = (list(map(float, c)) for c in zip(*rows))
+    return RequestTimes(q, p, d)
+
+
 def build_req(msg: GenerateRequest, now: float) -> Req:
     params = dict(msg.params)
     params["stop_token_ids"] = tuple(params.get("stop_token_ids") or ())
@@ -77,7 +109,8 @@ class EngineLoop:
         self.cfg = cfg
         self._last_stats = 0.0
         self._was_busy = False
-        self.live: dict[int, int] = {}  # rid -> prompt tokens, for requests the engine holds
+        self.live: dict[int, Req] = {}  # the requests the engine holds
+        self.capacity = None if cfg.queue_limit is None else max_running(engine) + cfg.queue_limit
         self.quiet: set[int] = set()  # leaders (``leads``) without output yet
         self.parked: dict[int, list[GenerateRequest]] = {}  # leader rid -> requests sent after it
 
@@ -85,11 +118,7 @@ class EngineLoop:
         now = getattr(self.engine, "now", None)
         return float(now()) if callable(now) else time.monotonic()
 
-    def _waiting(self) -> int:
-        return int(self.engine.stats().get("waiting", 0))
-
     def apply(self, inputs: StepInputs) -> None:
-        waiting = self._waiting() if inputs.adds and self.cfg.queue_limit is not None else 0
         aborts = set(inputs.aborts)
         ended: list[TokenOutput] = []
         if self.parked and aborts:
@@ -98,7 +127,7 @@ class EngineLoop:
         for rid in inputs.aborts:
             if rid not in self.live:
                 continue
-            prompt = self.live.pop(rid)
+            prompt = self.live.pop(rid).prompt_len
             if self.engine.abort(rid) is not True:  # an engine that reports no final output itself
                 ended.append(TokenOutput(rid, [], True, "abort", prompt, 0))
         if ended:  # tells the detokenizer to drop these requests' state
@@ -109,11 +138,10 @@ class EngineLoop:
             if msg.after is not None and msg.after in self.quiet:
                 self.parked.setdefault(msg.after, []).append(msg)
                 continue
-            limit = self.cfg.queue_limit
-            if limit is not None and waiting >= limit:
+            if self.capacity is not None and len(self.live) >= self.capacity:
                 send(self.out, ErrorReply(
-                    msg.rid, 429, f"the server's request queue is full ({limit} requests waiting); "
-                    "retry later", type="rate_limit_error", code="queue_full"))
+                    msg.rid, 429, f"the server's request queue is full ({self.cfg.queue_limit} requests "
+                    "waiting); retry later", type="rate_limit_error", code="queue_full"))
                 continue
             try:
                 req = build_req(msg, self._now())
@@ -121,8 +149,7 @@ class EngineLoop:
             except (ValueError, TypeError) as e:
                 send(self.out, ErrorReply(msg.rid, 400, str(e)))
                 continue
-            waiting += 1
-            self.live[msg.rid] = len(msg.prompt_ids)
+            self.live[msg.rid] = req
             if msg.leads:
                 self.quiet.add(msg.rid)
             send(self.out, Accepted(msg.rid, len(msg.prompt_ids), msg.detok))
@@ -142,9 +169,12 @@ class EngineLoop:
         steps = getattr(self.engine, "steps", None)
         if isinstance(steps, list) and not self.cfg.keep_step_records:
             steps.clear()  # a long-running server must not grow a record per step forever
+        done: list[Req] = []
         for o in outs:
             if o.finished:
-                self.live.pop(int(o.rid), None)
+                req = self.live.pop(int(o.rid), None)
+                if req is not None and o.finish_reason != "abort":
+                    done.append(req)
         if outs:
             lp = plp = None
             if options:
@@ -156,6 +186,9 @@ class EngineLoop:
                 [o.rid for o in outs], [o.new_token_ids for o in outs], [o.finished for o in outs],
                 [o.finish_reason for o in outs], [o.prompt_tokens for o in outs],
                 [o.cached_tokens or 0 for o in outs], time.time(), lp, plp))
+        times = request_times(done)
+        if times is not None:
+            send(self.out, times)
         if self.quiet:
             for o in outs:
                 if o.rid in self.quiet:
@@ -164,7 +197,8 @@ class EngineLoop:
     def publish_stats(self, force: bool = False) -> None:
         now = time.monotonic()
         if force or now - self._last_stats >= self.cfg.stats_interval_s:
-            send(self.out, EngineStats(dict(self.engine.stats()), time.time()))
+            stats = {**self.engine.stats(), **engine_counters(self.engine)}
+            send(self.out, EngineStats(stats, time.time()))
             self._last_stats = now
 
     def run(self, inbox: Any) -> None:

@@ -19,6 +19,7 @@ import uvicorn
 from twinserve.server.api_server import AppState, ModelInfo, build_app, cancel_tasks
 from twinserve.server.config import ServerConfig
 from twinserve.server.engine_client import EngineClient
+from twinserve.server.guards import install_guards
 from twinserve.server.ipc import IpcPaths
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.supervisor import Supervisor
@@ -47,7 +48,7 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def _monitor(sup: Supervisor, client: EngineClient) -> None:
-    """Fail everything as soon as any child has died."""
+    """Fail everything as soon as any child has died or the engine's heartbeat stops."""
     while True:
         await asyncio.sleep(0.2)
         dead = sup.dead()
@@ -55,6 +56,9 @@ async def _monitor(sup: Supervisor, client: EngineClient) -> None:
             c = dead[0]
             client.fail_all(503, f"the {c.role} worker (rank {c.rank}) died with exit code "
                                  f"{c.process.exitcode}; the server must be restarted")
+        stalled = client.heartbeat.check() if client.down is None else None
+        if stalled is not None:
+            await client.fail_stalled(stalled)
 
 
 def _write_ready(path: str, info: dict[str, Any]) -> None:
@@ -86,7 +90,8 @@ def run_http(spec: HttpSpec) -> None:
     async def make_state() -> AsyncIterator[AppState]:
         metrics = ServerMetrics(spec.model.name)
         metrics.update_engine(spec.engine_stats)
-        client = EngineClient(spec.paths, metrics, spec.cfg.request_timeout_s)
+        client = EngineClient(spec.paths, metrics, spec.cfg.request_timeout_s,
+                              spec.cfg.engine_stall_s, spec.cfg.retry_after_s)
         tasks = [asyncio.create_task(client.run_reader()), asyncio.create_task(_monitor(spec.sup, client))]
         hook.loop = asyncio.get_running_loop()
         hook.fn = lambda: client.fail_all(503, "the server is shutting down")
@@ -104,6 +109,8 @@ def run_http(spec: HttpSpec) -> None:
             await cancel_tasks(*tasks)
             client.close()
 
-    config = uvicorn.Config(build_app(make_state), log_level=spec.cfg.log_level,
+    app = build_app(make_state)
+    install_guards(app, spec.cfg)
+    config = uvicorn.Config(app, log_level=spec.cfg.log_level,
                             timeout_graceful_shutdown=3, lifespan="on", access_log=False)
     _Uvicorn(config, hook).run(sockets=[spec.sock])

@@ -3,9 +3,9 @@
 Process graph (all sockets are ZMQ PUSH -> PULL over IPC files in one temp dir)::
 
     API server --TokenizeRequest/AbortRequest--> tokenizer --GenerateRequest/AbortRequest--> engine rank 0
-    engine rank 0 --Accepted/ErrorReply/StepOutputs/EngineStats--> detokenizer
+    engine rank 0 --Accepted/ErrorReply/StepOutputs/EngineStats/RequestTimes--> detokenizer
     detokenizer --AbortRequest (stop string hit)--> engine rank 0
-    detokenizer --Accepted/ErrorReply/DetokOutputs/EngineStats--> API server
+    detokenizer --Accepted/ErrorReply/DetokOutputs/EngineStats/RequestTimes--> API server
     tokenizer --ErrorReply--> API server
     every child --Ready--> launcher (the readiness handshake)
 
@@ -269,6 +269,18 @@ class DetokOutputs:
 
     deltas: list[TextDelta]
     t: float
+
+
+@message(27)
+@dataclass(slots=True)
+class RequestTimes:
+    """Engine -> detokenizer -> API server: where finished requests spent their time, in seconds
+    of the engine's clock, one column per phase: waiting before first scheduled (``queue_s``),
+    first scheduled to first token (``prefill_s``), first token to finish (``decode_s``)."""
+
+    queue_s: list[float]
+    prefill_s: list[float]
+    decode_s: list[float]
 
 
 # ---- codec ---------------------------------------------------------------------------------------

@@ -127,8 +127,9 @@ def usage_of(usages: list[dict[str, Any]]) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": cached}}
 
 
-def model_card(name: str, created: int, root: str, max_model_len: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "twinserve", "root": root,
+def model_card(name: str, created: int, max_model_len: int) -> dict[str, Any]:
+    """The served model as ``/v1/models`` lists it (no filesystem path)."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "twinserve",
             "max_model_len": max_model_len}
 
 

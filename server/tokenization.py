@@ -73,6 +73,18 @@ class TextTokenizer:
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=add_special).ids)
 
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` without special tokens."""
+        return len(self.tok.encode(text, add_special_tokens=False))
+
+    def num_special(self) -> int:
+        """Special tokens ``encode(text)`` adds around a completion prompt (BOS, ...)."""
+        return int(self.tok.num_special_tokens_to_add(False))
+
+    def longest_token_chars(self) -> int:
+        """The most characters any one vocabulary entry (added tokens included) spans."""
+        return max((len(t) for t in self.tok.get_vocab(with_added_tokens=True)), default=1)
+
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self.tok.decode(ids, skip_special_tokens=skip_special)
 

@@ -2,17 +2,25 @@
 
 Contract: every ``TokenizeRequest`` produces exactly one of a ``GenerateRequest`` to the engine or
 an ``ErrorReply`` (400) to the API server; ``AbortRequest``s are forwarded to the engine in the
-order they arrived, behind the request they cancel. Checks done here: empty prompts, token ids
-outside the model's vocabulary, chat-template failures, and the context length
-(``prompt + max_tokens <= max_model_len``).
+order they arrived, behind the request they cancel (an abort for a request still being
+tokenized drops it). Checks done here: empty prompts, token ids outside the model's vocabulary,
+chat-template failures, and the context length (``prompt + max_tokens <= max_model_len``),
+checked on the characters before tokenizing and chunk by chunk while counting a long text
+(`prompt_limit`).
+
+No request blocks the others: a long text is a job that advances one chunk at a time, and
+between two chunks the worker reads and serves whatever else has arrived (`TokenizerLoop`).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Generator
 
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import AbortRequest, ErrorReply, GenerateRequest, TokenizeRequest
+from twinserve.server.prompt_limit import CHUNK_CHARS, PromptLimit
 from twinserve.server.proc import ChildContext
 from twinserve.server.tokenization import TemplateError, TextTokenizer
 
@@ -35,34 +43,64 @@ class RequestError(ValueError):
         self.code = code
 
 
-def prompt_ids(tok: TextTokenizer, msg: TokenizeRequest) -> list[int]:
+Steps = Generator[None, None, Any]  # yields between chunks, returns its result
+
+
+def _encode_bounded(tok: TextTokenizer, limit: PromptLimit, text: str, add_special: bool,
+                    param: str) -> Generator[None, None, list[int]]:
+    why = limit.chars_problem(len(text))
+    if why is not None:
+        raise RequestError(why, param, "context_length_exceeded")
+    if len(text) > CHUNK_CHARS:
+        special = tok.num_special() if add_special else 0
+        for step in limit.count_chunks(text, tok.count, special):
+            if isinstance(step, str):
+                raise RequestError(step, param, "context_length_exceeded")
+            yield
+    return tok.encode(text, add_special=add_special)
+
+
+def prompt_ids(tok: TextTokenizer, limit: PromptLimit, msg: TokenizeRequest) -> Generator[None, None, list[int]]:
     if msg.kind == "ids":
         return list(msg.token_ids or [])
     if msg.kind == "text":
-        return tok.encode(msg.text or "")
+        return (yield from _encode_bounded(tok, limit, msg.text or "", True, msg.prompt_field))
     if msg.kind == "chat":
         try:
             text = tok.render_chat(msg.messages or [], bool(msg.detok.get("add_generation_prompt", True)))
         except (TemplateError, ValueError) as e:
             raise RequestError(str(e), msg.prompt_field) from e
-        return tok.encode(text, add_special=False)
+        return (yield from _encode_bounded(tok, limit, text, False, msg.prompt_field))
     raise RequestError(f"unknown request kind {msg.kind!r}")
 
 
-def tokenize(tok: TextTokenizer, cfg: TokenizerWorkerConfig, msg: TokenizeRequest) -> GenerateRequest:
-    """The checks of the module docstring; raises `RequestError`."""
+def tokenize(tok: TextTokenizer, cfg: TokenizerWorkerConfig, msg: TokenizeRequest,
+             limit: PromptLimit | None = None) -> GenerateRequest:
+    """The checks of the module docstring, all at once; raises `RequestError`."""
+    steps = tokenize_steps(tok, cfg, msg, limit)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def tokenize_steps(tok: TextTokenizer, cfg: TokenizerWorkerConfig, msg: TokenizeRequest,
+                   limit: PromptLimit | None = None) -> Generator[None, None, GenerateRequest]:
+    """`tokenize` as steps: yields between chunks of a long text, returns the request."""
     param = msg.prompt_field
-    ids = prompt_ids(tok, msg)
+    limit = limit or PromptLimit(cfg.max_model_len, tok.longest_token_chars())
+    ids = yield from prompt_ids(tok, limit, msg)
     if not ids:
         raise RequestError("the prompt is empty (it has no tokens)", param)
-    bad = [t for t in ids if not (0 <= t < cfg.vocab_size)]
-    if bad:
-        raise RequestError(f"token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})", param)
     n, ctx = len(ids), cfg.max_model_len
-    if n >= ctx:
+    if n >= ctx:  # before the vocabulary scan, whose cost grows with the prompt
         raise RequestError(
             f"This model's maximum context length is {ctx} tokens, but the prompt has {n} tokens "
             "(at least one token must be left for the output).", param, "context_length_exceeded")
+    bad = [t for t in ids if not (0 <= t < cfg.vocab_size)]
+    if bad:
+        raise RequestError(f"token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})", param)
     room = ctx - n
     if msg.max_tokens is None:
         max_tokens = room if msg.default_max_tokens is None else min(msg.default_max_tokens, room)
@@ -83,6 +121,54 @@ def tokenize(tok: TextTokenizer, cfg: TokenizerWorkerConfig, msg: TokenizeReques
                            msg.leads, msg.after)
 
 
+class TokenizerLoop:
+    """The worker's scheduling, apart from its sockets (tests drive it with lists).
+
+    Invariant: every request in ``jobs`` has been partly tokenized and will get exactly one
+    reply; each `advance` runs one job one chunk further, oldest first, so a short request that
+    arrives behind a long one waits for at most one chunk of it."""
+
+    def __init__(self, tok: TextTokenizer, cfg: TokenizerWorkerConfig, to_engine: Any, to_api: Any) -> None:
+        self.tok = tok
+        self.cfg = cfg
+        self.limit = PromptLimit(cfg.max_model_len, tok.longest_token_chars())
+        self.to_engine = to_engine
+        self.to_api = to_api
+        self.jobs: OrderedDict[int, Steps] = OrderedDict()
+
+    def handle(self, msg: object) -> None:
+        if isinstance(msg, AbortRequest):
+            job = self.jobs.pop(msg.rid, None)
+            if job is not None:
+                job.close()
+            send(self.to_engine, msg)
+        elif isinstance(msg, TokenizeRequest):
+            self._step(msg.rid, tokenize_steps(self.tok, self.cfg, msg, self.limit))
+
+    def advance(self) -> None:
+        if self.jobs:
+            rid, job = self.jobs.popitem(last=False)
+            self._step(rid, job)
+
+    def _step(self, rid: int, job: Steps) -> None:
+        try:
+            next(job)
+        except StopIteration as done:
+            send(self.to_engine, done.value)
+        except RequestError as e:
+            send(self.to_api, ErrorReply(rid, 400, str(e), param=e.param, code=e.code))
+        except Exception as e:  # a tokenizer failure must not strand the request
+            send(self.to_api, ErrorReply(rid, 400, f"could not tokenize the request: {e}"))
+        else:
+            self.jobs[rid] = job
+
+    def run(self, inbox: Any) -> None:
+        while True:
+            for msg in recv_all(inbox, 0 if self.jobs else 1000):
+                self.handle(msg)
+            self.advance()
+
+
 def run(cfg: TokenizerWorkerConfig, ctx: ChildContext) -> None:
     """Child entry: load the tokenizer, bind the input socket, handshake, serve until SIGTERM."""
     tok = TextTokenizer(cfg.tokenizer_path)
@@ -90,18 +176,10 @@ def run(cfg: TokenizerWorkerConfig, ctx: ChildContext) -> None:
     to_engine = push_socket(ctx.zmq_ctx, ctx.paths.engine)
     to_api = push_socket(ctx.zmq_ctx, ctx.paths.api)
     try:
-        ctx.announce({"vocab_size": tok.vocab_size, "chat_template": tok.chat_template is not None})
-        while True:
-            for msg in recv_all(inbox, 1000):
-                if isinstance(msg, AbortRequest):
-                    send(to_engine, msg)
-                elif isinstance(msg, TokenizeRequest):
-                    try:
-                        send(to_engine, tokenize(tok, cfg, msg))
-                    except RequestError as e:
-                        send(to_api, ErrorReply(msg.rid, 400, str(e), param=e.param, code=e.code))
-                    except Exception as e:  # a tokenizer failure must not strand the request
-                        send(to_api, ErrorReply(msg.rid, 400, f"could not tokenize the request: {e}"))
+        loop = TokenizerLoop(tok, cfg, to_engine, to_api)
+        ctx.announce({"vocab_size": tok.vocab_size, "chat_template": tok.chat_template is not None,
+                      "longest_token_chars": loop.limit.token_chars})
+        loop.run(inbox)
     finally:
         for s in (inbox, to_engine, to_api):
             s.close(linger=0)

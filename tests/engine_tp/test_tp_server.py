@@ -88,7 +88,7 @@ def test_serve_tp2_matches_tp1_then_survives_a_dead_rank(tiny_dir):
     port = _free_port()
     cmd = [sys.executable, "-c", "from twinserve.server.launch import main; main()",
            f"model.path={model}", f"server.port={port}", "tp=2", "backend.device=cpu",
-           "model.max_model_len=512", "backend.cpu_kv_tokens=8192"]
+           "model.max_model_len=512", "backend.cpu_kv_tokens=8192", "server.debug=true"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"

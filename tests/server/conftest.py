@@ -38,7 +38,8 @@ def engine_config(model: str, **kw):
 def server(tiny_model: str):
     from twinserve.server.launch import start_server
 
-    h = start_server(engine_config(tiny_model), queue_limit=64, request_timeout_s=60.0, env=SERVER_ENV)
+    h = start_server(engine_config(tiny_model), queue_limit=64, request_timeout_s=60.0, debug=True,
+                     env=SERVER_ENV)
     try:
         yield h
     finally:

@@ -180,7 +180,8 @@ def test_disconnect_mid_stream_frees_pages(server) -> None:
     # 360 tokens would take several seconds on CPU: reaching idle this fast means it was aborted
     assert time.monotonic() - t0 < 5.0, d
     m = httpx.get(f"{server.url}/metrics", timeout=5).text
-    assert "twinserve_kv_cache_usage_perc 0.0" in m and "twinserve_num_requests_running 0.0" in m
+    assert 'twinserve_kv_cache_usage_perc{model_name="tiny-llama"} 0.0' in m
+    assert 'twinserve_num_requests_running{model_name="tiny-llama"} 0.0' in m
 
 
 def test_disconnect_while_non_streaming_aborts(server) -> None:
@@ -201,7 +202,7 @@ def test_metrics(server, client: openai.OpenAI) -> None:
                  "twinserve_e2e_request_latency_seconds_bucket", "twinserve_prompt_tokens_total",
                  "twinserve_generation_tokens_total"):
         assert name in text, name
-    gen = float(next(ln.split()[-1] for ln in text.splitlines() if ln.startswith("twinserve_generation_tokens_total")))
+    gen = float(next(ln.split()[-1] for ln in text.splitlines() if ln.startswith("twinserve_generation_tokens_total{")))
     assert gen >= 3
     ttft = float(next(ln.split()[-1] for ln in text.splitlines()
                       if ln.startswith("twinserve_time_to_first_token_seconds_count")))

@@ -1,0 +1,1 @@
+"""Benchmarks and probes: tools that measure the runtime packages, kept apart from them."""
