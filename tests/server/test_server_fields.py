@@ -181,3 +181,19 @@ def test_echo_with_prompt_logprobs(client: openai.OpenAI, offline) -> None:
     assert "".join(ch.choices[0].text for ch in chunks) == c.text
     streamed = [x for ch in chunks if ch.choices[0].logprobs for x in ch.choices[0].logprobs.token_logprobs]
     assert streamed[0] is None and streamed[1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-6)
+
+
+def test_openai_structured_outputs_parse(client: openai.OpenAI) -> None:
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        answer: Literal["yes", "no", "maybe"]
+        sure: bool
+
+    parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+    r = parse(model="tiny-llama", messages=[{"role": "user", "content": "decide"}], response_format=Verdict,
+              max_tokens=40, temperature=1.0, seed=4)
+    v = r.choices[0].message.parsed
+    assert isinstance(v, Verdict) and v.answer in ("yes", "no", "maybe")
