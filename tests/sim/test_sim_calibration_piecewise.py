@@ -1,6 +1,6 @@
 """Fitting a profile of the engine with piecewise CUDA graphs: the derived feature columns, and
-a llama3-8b H200 profile of that engine (commit c177fee, kept in tests/sim/data), whose step
-grid falls in a slow-host episode as a whole."""
+a llama3-8b H200 profile of that engine whose step grid falls in a slow-host episode as a whole
+(tests/sim/data: the profile's 945 grid steps and its last 200 replay steps, float32)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 from twinserve.simulator.cost import Provenance, fit_calibration
 from twinserve.simulator.cost.linear import with_derived_features
 
-PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_steps.parquet"
+PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_grid.parquet"
 
 
 def test_older_profiles_get_the_dense_rows_and_eager_flags_that_held_then() -> None:
