@@ -1,7 +1,7 @@
 """Saturation: the simulator's capacity on each suite workload against the engine's.
 
 The engine side measures a workload's capacity by sending its first ``requests`` requests at once
-and dividing by the time to finish them all (`fidelity_suite._Suite.capacity`, ``capacity.json``;
+and dividing by the time to finish them all (`engine_side._Suite.capacity`, ``capacity.json``;
 the count is in ``suite.json``). `sim_capacity` runs the same burst on the simulator, configured
 as the report configures it for that workload's runs (`compare.sim_matching_engine`: the KV pool,
 the loop, the token graphs). A simulator that saturates at a higher rate than the engine does
@@ -47,8 +47,8 @@ def sim_capacity(run_dir: Path, requests: int, extra: Sequence[str] = ()) -> flo
     from twinserve.experiments.backends.base import RunContext
     from twinserve.experiments.backends.sim import SimBackend
     from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain
-    from twinserve.experiments.fidelity_report import sim_overrides
-    from twinserve.experiments.fidelity_suite import compose
+    from twinserve.experiments.fidelity_suite.resim import sim_overrides
+    from twinserve.experiments.fidelity_suite.workloads import compose
 
     sim = sim_overrides(run_dir, drop=_BURST_REPLACES, extra=("workload.rate=1", "workload.duration_s=100000", *extra))
     cfg = plain(compose(sim))
