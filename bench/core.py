@@ -1,4 +1,4 @@
-"""CPU cost of the scheduler core: ``python -m twinserve.core.bench``.
+"""CPU cost of the scheduler core: ``twinserve-bench core``.
 
 Prints (targets from the foundation issue):
 - schedule() + complete() per step with 256 running decodes (target <= 0.5 ms),
@@ -70,7 +70,7 @@ def bench_trace_load(name: str = "azure_conv") -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="twinserve-bench core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=2000)
     args = ap.parse_args(argv)

@@ -1,12 +1,12 @@
 """HTTP-path overhead: the same workload through the in-process engine and through the server.
 
-    python -m twinserve.server.bench_overhead --model DIR [--device cuda] [--out overhead.json]
+    twinserve-bench http-overhead --model DIR [--device cuda] [--out overhead.json]
     # GPU host, e.g. a 0.6B model:
     twinserve-make-model --shape qwen3-0.6b --out /tmp/q06
-    python -m twinserve.server.bench_overhead --model /tmp/q06 --device cuda --prompt-len 512 \
+    twinserve-bench http-overhead --model /tmp/q06 --device cuda --prompt-len 512 \
         --output-len 128 --num-requests 200 --saturate-requests 256 --repeats 2 --out overhead.json
     # CPU, tiny model:
-    python -m twinserve.server.bench_overhead --model /tmp/tiny --device cpu --threads 1 \
+    twinserve-bench http-overhead --model /tmp/tiny --device cpu --threads 1 \
         --prompt-len 64 --output-len 32 --num-requests 40 --saturate-requests 48 --repeats 2
 
 Two scenarios, each run both ways on a fresh engine (each in its own process, after a short
@@ -174,7 +174,7 @@ def _table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(prog="python -m twinserve.server.bench_overhead", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="twinserve-bench http-overhead", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="model dir (twinserve-make-model writes one)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")

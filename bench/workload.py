@@ -1,4 +1,4 @@
-"""Timing of the workload layer: ``python -m twinserve.core.workload.bench [--metrics N]``.
+"""Timing of the workload layer: ``twinserve-bench workload [--metrics N]``.
 
 Prints the time to load the bundled Azure conversation trace (CSV read + 19,366 specs + the
 Workload) and the cost of making one request's prompt tokens, median of several repeats; with
@@ -68,7 +68,7 @@ def time_metrics(w: Workload, n: int) -> tuple[float, float, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="twinserve-bench workload", description=__doc__)
     ap.add_argument("--trace", default="azure_conv", choices=["azure_conv", "azure_code"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--metrics", type=int, default=0, metavar="N",

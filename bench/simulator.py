@@ -1,4 +1,4 @@
-"""Simulator speed and memory: ``python -m twinserve.simulator.bench``.
+"""Simulator speed and memory: ``twinserve-bench sim``.
 
 Prints (1) the full bundled Azure conversation trace (19,366 requests, 58 min) with llama3-8b on
 h200 (roofline, FCFS, on-demand memory, radix cache, pool sized from memory), and (2) simulated
@@ -66,13 +66,13 @@ def measure(which: str) -> dict[str, Any]:
 
 
 def _child(which: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "twinserve.simulator.bench", "--one", which],
+    out = subprocess.run([sys.executable, "-m", "twinserve.bench.simulator", "--one", which],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="twinserve-bench sim", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 100000])
     ap.add_argument("--no-trace", action="store_true", help="skip the full Azure trace run")
     ap.add_argument("--one", help=argparse.SUPPRESS)
