@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost import Provenance, fit_calibration
-from twinserve.simulator.cost.linear import with_derived_features
+from twinserve.simulator.cost import Provenance
+from twinserve.calibration import fit_calibration
+from twinserve.calibration.linear import with_derived_features
 
 PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_grid.parquet"
 
@@ -46,7 +47,7 @@ def test_long_prefill_spans_in_a_slow_host_episode_stay_in_the_device_fit() -> N
 
 def test_one_replay_steps_of_profiles_without_the_column() -> None:
     from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
-    from twinserve.simulator.cost.linear import assume_token_graph_mode
+    from twinserve.calibration.linear import assume_token_graph_mode
 
     k = HYBRID_FULL_MAX_SEQS
     steps = pd.DataFrame({"num_prefills": [0, 1, 1, 1, 0], "num_decodes": [8, 3, 0, k + 4, 300],

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost.timeline import runs_of
+from twinserve.calibration.timeline import runs_of
 
 EPISODE_WINDOW = 301
 EPISODE_THRESHOLD = 1.25

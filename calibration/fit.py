@@ -11,12 +11,12 @@ import pandas as pd
 from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, DecodeLines, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
-from twinserve.simulator.cost.host_fit import fit_host
-from twinserve.simulator.cost.linear import (
+from twinserve.calibration.host_fit import fit_host
+from twinserve.calibration.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
     profile_workload, term_matrix, token_graph_split, with_derived_features,
 )
-from twinserve.simulator.cost.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
+from twinserve.calibration.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
 # A mixed step replayed as a whole-step graph with wide query tiles (`core.batch.wide_tiles_of`)
 # computes a tile of rows over each decode's context: its decode context gets a term of its own.

@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from twinserve.simulator.cost.calibration import WAKE_IDLE_S, HostFit, LinearFit
-from twinserve.simulator.cost.host_episodes import slow_episodes, speed_factor, step_ratio
-from twinserve.simulator.cost.linear import (
+from twinserve.calibration.host_episodes import slow_episodes, speed_factor, step_ratio
+from twinserve.calibration.linear import (
     REGIME_NAMES, fit_linear, fit_values, regime_of, with_derived_features,
 )
-from twinserve.simulator.cost.timeline import has_timeline, launch_work, runs_of, timeline_frame
+from twinserve.calibration.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
     "sched": ("1", "num_seqs", "new_tokens"),

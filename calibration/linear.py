@@ -15,7 +15,7 @@ import pandas as pd
 from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, attn_tile_of, piece_step_of
 from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
                                                   term_factors)
-from twinserve.simulator.cost.nnls import nnls
+from twinserve.calibration.nnls import nnls
 
 REGIME_NAMES: tuple[str, ...] = ("decode", "prefill", "mixed")
 FOLDS = 5

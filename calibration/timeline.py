@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost.linear import graph_replays
+from twinserve.calibration.linear import graph_replays
 
 EAGER_MARGIN_S = 5e-4
 TIMELINE = ("iter_start", "sched_s", "launch_s", "launch_end", "plan_wait_s", "dev_start", "dev_end")
