@@ -1,8 +1,7 @@
 """Slow-host episodes: stretches of a profile in which every host part runs slower than usual.
 
-On the GPU host the engine's host work (schedule, launch, complete) sometimes runs 1.5-2x slower
-for seconds at a time, whatever the step's shape (the H200 profiles of 2026-11-29 hold one such
-stretch of about 3,000 steps). Fitted as if it were typical, such a stretch raises every host
+On a GPU host whose vCPUs change speed the engine's host work (schedule, launch, complete) can
+run slower for seconds at a time, whatever the step's shape. Fitted as if it were typical, such a stretch raises every host
 fit; left in, it also inflates the device span of eager steps whose kernels the slow host
 launched. This module finds them so that the fits can leave them out and record how often they
 happened (`HostFit.slow_share`, `HostFit.slow_factor`).

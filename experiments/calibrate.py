@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the dense layers' time against their rows in prefill and mixed fits: a line "
                          "with one hinge chosen by cross-validation, or a piecewise-linear curve")
     ap.add_argument("--no-decode-scales", action="store_true",
-                    help="decode graph sizes get an offset each but no factor (the fit before the eleventh session)")
+                    help="decode graph sizes get an offset each but no factor (a line per size without its factor)")
     ap.add_argument("--rows", default=None, metavar="QUERY",
                     help="with --from-steps: fit only the step rows matching this pandas query "
                          "(e.g. 'calib_load != calib_load' leaves out the loaded-server replays)")
