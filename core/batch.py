@@ -228,7 +228,7 @@ class BatchFeatures:
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
 # Features derived from the fields, by the same formula on one step (`BatchFeatures`, the
 # simulator's `FeatureScalars` and `FeatureColumns`) and on a profile's columns
-# (`simulator.cost.linear.with_derived_features`): calibration terms may read them too.
+# (`calibration.linear.with_derived_features`): calibration terms may read them too.
 DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step",)
 
 

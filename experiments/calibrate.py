@@ -27,12 +27,13 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import TOKEN_GRAPH_MODES
-from twinserve.simulator.cost import Provenance, fit_calibration
+from twinserve.simulator.cost import Provenance
+from twinserve.calibration import fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel
 from twinserve.simulator.cost.calibration import Calibration
-from twinserve.simulator.cost.fit import DENSE_MODELS, descheduled_steps, predict_span, regime_of
-from twinserve.simulator.cost.linear import assume_token_graph_mode, profile_workload, with_attn_tile
-from twinserve.simulator.cost.timeline import ran_overlapped
+from twinserve.calibration.fit import DENSE_MODELS, descheduled_steps, predict_span, regime_of
+from twinserve.calibration.linear import assume_token_graph_mode, profile_workload, with_attn_tile
+from twinserve.calibration.timeline import ran_overlapped
 
 
 def engine_version() -> str:
@@ -146,13 +147,13 @@ def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
                     command: str, notes: dict[str, Any] | None = None, seed: int = 0,
                     dense: str = "hinge", decode_scales: bool = True, workload_out: bool = False) -> Calibration:
-    """Fit a `Calibration` on step rows (``dense``: `cost.fit.DENSE_MODELS`; ``decode_scales``:
-    a factor per decode graph size besides its offset, `cost.fit._fit_with_bucket_lines`); non-positive
+    """Fit a `Calibration` on step rows (``dense``: `calibration.fit.DENSE_MODELS`; ``decode_scales``:
+    a factor per decode graph size besides its offset, `calibration.fit._fit_with_bucket_lines`); non-positive
     durations are dropped. The notes (JSON) carry ``notes`` plus the error on the replay rows
     (``phase == "replay"``) when present, and with ``workload_out`` each workload's error under a
     fit without it (`workload_out_errors`; one more fit per workload). On ``gpu`` "cpu" (the CPU
     engine's records) steps whose thread was descheduled are left out of the device fits
-    (`cost.fit.descheduled_steps`; their count is in the notes as ``descheduled``)."""
+    (`calibration.fit.descheduled_steps`; their count is in the notes as ``descheduled``)."""
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     host_device = gpu == "cpu"
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the dense layers' time against their rows in prefill and mixed fits: a line "
                          "with one hinge chosen by cross-validation, or a piecewise-linear curve")
     ap.add_argument("--no-decode-scales", action="store_true",
-                    help="decode graph sizes get an offset each but no factor (the fit before the eleventh session)")
+                    help="decode graph sizes get an offset each but no factor (a line per size without its factor)")
     ap.add_argument("--rows", default=None, metavar="QUERY",
                     help="with --from-steps: fit only the step rows matching this pandas query "
                          "(e.g. 'calib_load != calib_load' leaves out the loaded-server replays)")

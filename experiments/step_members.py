@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(members)} (step, request) rows; {len(batches)} of {n_dec} decode steps rebuilt whole")
     if args.calibration:
         from twinserve.simulator.cost.calibration import Calibration
-        from twinserve.simulator.cost.fit import predict_span
+        from twinserve.calibration.fit import predict_span
 
         pred = predict_span(Calibration.load(args.calibration), steps.reset_index(drop=True))
         table = error_table(steps, batches, pred)

@@ -16,7 +16,7 @@ Start one: ``twinserve-serve model.path=DIR server.port=8000 scheduler=lpm cache
 (`launch.main`, Hydra tree of ``twinserve-run``) or ``launch.start_server(EngineConfig(...))``.
 Replay a workload against any OpenAI-compatible server: `bench_client` (``twinserve-run
 backend=server backend.url=URL``). HTTP overhead vs the in-process engine:
-``python -m twinserve.server.bench_overhead --model DIR``. The client checks under hostile input:
+``twinserve-bench http-overhead --model DIR``. The client checks under hostile input:
 ``python -m twinserve.server.hostile_check --model DIR``. Limits, health, access control and
 metrics: docs/serving.md.
 """

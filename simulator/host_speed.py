@@ -15,7 +15,7 @@ class HostSpeed:
     """A step function of time: from ``times[i]`` on, the host runs ``factors[i]`` times slower
     than the cost model says (``factors[0]`` before ``times[0]``). The simulator's pipelined
     loop multiplies each iteration's host parts (not the device work) by the factor at the
-    iteration's start. Replayed from a recorded run (`cost.host_fit.host_speed_trace`) it is a
+    iteration's start. Replayed from a recorded run (`calibration.host_fit.host_speed_trace`) it is a
     diagnostic, not a prediction: it comes from the very run it is compared with; drawn by
     `episodes` it is a prediction from the calibration profile alone.
 

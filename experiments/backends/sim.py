@@ -81,7 +81,7 @@ def _host_speed(run_dir: object, model: object, pipeline: bool) -> object:
 
     import pandas as pd
 
-    from twinserve.simulator.cost.host_fit import host_speed_trace
+    from twinserve.calibration.host_fit import host_speed_trace
     from twinserve.simulator.host_speed import HostSpeed
 
     host = _pipelined_host(model, pipeline, "host_speed_from")

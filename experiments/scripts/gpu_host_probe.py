@@ -1,5 +1,5 @@
 """Does the engine's host get slower after the profiler's grid? One engine, the host benchmark
-(`twinserve.engine.host_bench`) before and after each stage of a calibration-like session:
+(`twinserve.engine.host_bench`) before and after each stage of a calibration-like run:
 
     python3 experiments/scripts/gpu_host_probe.py --shape llama3-8b --grid-s 45 --json OUT.jsonl
 

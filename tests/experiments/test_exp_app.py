@@ -243,8 +243,9 @@ def test_cli_multirun_sweeps_in_parallel(tmp_path: Path) -> None:
 
 
 def test_host_speed_of_a_recorded_engine_run_is_replayed(make_cfg: Any, tmp_path: Path) -> None:
-    """backend.host_speed_from: the pipelined loop replays a committed H200 run's host speed."""
-    run = Path(__file__).resolve().parents[2] / "experiments/fidelity/h200/engine/llama3-8b/azure_conv_90"
+    """backend.host_speed_from: the pipelined loop replays a recorded H200 run's host speed (the
+    first 120 steps of llama3-8b's azure_conv_90 fidelity run, float32, in tests/experiments/data)."""
+    run = Path(__file__).resolve().parent / "data/llama3-8b_azure_conv_90_head"
     base = run_experiment(make_cfg("backend.pipeline=true"), tmp_path / "base")
     diag = run_experiment(make_cfg("backend.pipeline=true", f"backend.host_speed_from={run}"), tmp_path / "diag")
     assert diag["completed"] == base["completed"] == 40

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def suite_dir(tmp_path_factory) -> Path:
-    from twinserve.experiments.fidelity_suite import build_parser, run_engine_suite
+    from twinserve.experiments.fidelity_suite.cli import build_parser
+    from twinserve.experiments.fidelity_suite.engine_side import run_engine_suite
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -92,8 +93,8 @@ def _scaled_calibration(src: Path, dst: Path, k: float) -> None:
 
 
 def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path: Path) -> None:
-    from twinserve.experiments.fidelity_report import run_report
-    from twinserve.experiments.fidelity_suite import build_parser
+    from twinserve.experiments.fidelity_suite.report import run_report
+    from twinserve.experiments.fidelity_suite.cli import build_parser
 
     # the simulator needs a cost model for tiny-llama on cpu: fit one from the profile
     from twinserve.experiments.calibrate import main as calibrate
@@ -137,7 +138,9 @@ def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path:
 
 def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
         suite_dir: Path, tmp_path: Path) -> None:
-    from twinserve.experiments.fidelity_suite import build_parser, run_engine_suite, run_plan
+    from twinserve.experiments.fidelity_suite.cli import build_parser
+    from twinserve.experiments.fidelity_suite.engine_side import run_engine_suite
+    from twinserve.experiments.fidelity_suite.workloads import run_plan
 
     assert [f"{w.name}_{round(ld * 100)}" for w, ld in run_plan(["sessions_90", "azure_conv_25"])] == \
         ["azure_conv_25", "sessions_90"]
@@ -164,7 +167,7 @@ def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
     assert not (m / "profile_steps.parquet").exists()
 
     # the engine against itself: the one common run, compared like the simulator would be
-    from twinserve.experiments.fidelity_report import run_repeat
+    from twinserve.experiments.fidelity_suite.report import run_repeat
 
     rep = tmp_path / "repeat"
     run_repeat(build_parser().parse_args(["repeat", str(suite_dir), str(tmp_path), "--out", str(rep)]))
@@ -213,7 +216,8 @@ def test_a_chasing_engines_host_probe_logs_its_vcpu(tmp_path: Path) -> None:
     from twinserve.engine.config import EngineConfig
     from twinserve.engine.engine import Engine
     from twinserve.engine.model_maker import make_model
-    from twinserve.experiments.fidelity_suite import _Suite, build_parser
+    from twinserve.experiments.fidelity_suite.cli import build_parser
+    from twinserve.experiments.fidelity_suite.engine_side import _Suite
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("the chaser needs at least two allowed vCPUs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from twinserve.core.workload import WORKLOADS
-from twinserve.simulator.bench import measure, trace_like
+from twinserve.bench.simulator import measure, trace_like
 
 
 def test_trace_like_workload_resamples_the_trace() -> None:

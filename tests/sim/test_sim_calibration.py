@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from twinserve.core.batch import dense_layers
-from twinserve.simulator.cost import (COST_MODELS, Calibration, Provenance, StepNoise,
-                                      find_calibration, fit_calibration)
-from twinserve.simulator.cost.nnls import nnls
+from twinserve.calibration import fit_calibration
+from twinserve.calibration.nnls import nnls
+from twinserve.simulator.cost import COST_MODELS, Calibration, Provenance, StepNoise, find_calibration
 
 TRUE_PREFILL_TERMS = ("1", "num_seqs", "padded_tokens", "prefill_attn", "prefill_ctx", "max_ctx")
 TRUE = {
@@ -22,7 +22,7 @@ TRUE = {
     "mixed": {"1": 6e-3, "num_seqs": 1e-5, "padded_tokens": 6e-5, "prefill_attn": 2e-10,
               "prefill_ctx": 0.0, "decode_ctx": 3e-9, "max_ctx": 0.0},
 }
-# the eager steps' own terms (`cost.fit.EAGER_TERMS`) and the pieces' prefill constant
+# the eager steps' own terms (`calibration.fit.EAGER_TERMS`) and the pieces' prefill constant
 # (`PIECE_PREFILL_TERM`): none in this model, so fitted at 0
 EAGER_ZERO = {"prefill": dict.fromkeys(("eager_step", "eager_step*num_seqs", "eager_step*prefill_attn",
                                         "piece_step"), 0.0),
@@ -86,7 +86,7 @@ def test_eager_steps_get_terms_of_their_own() -> None:
     attention share more than the model of the graph steps: the eager terms take exactly that,
     the shared terms stay as they were, and every row is predicted (out of fold) exactly; the
     terms of the graph steps alone cannot follow them."""
-    from twinserve.simulator.cost.fit import DEFAULT_TERMS
+    from twinserve.calibration.fit import DEFAULT_TERMS
 
     steps = _eager_marked(synthetic_steps(1200, 4))
     eager = steps["eager_step"].to_numpy() == 1
@@ -111,7 +111,7 @@ def test_prefill_steps_that_run_the_pieces_get_a_constant_of_their_own() -> None
     """Prefill steps that run the pieces (neither one replay nor eager: `piece_step`) and cost a
     constant more than the whole-graph ones: the prefill fit's `PIECE_PREFILL_TERM` takes it,
     and the fit without it cannot follow them."""
-    from twinserve.simulator.cost.fit import DEFAULT_TERMS, PIECE_PREFILL_TERM
+    from twinserve.calibration.fit import DEFAULT_TERMS, PIECE_PREFILL_TERM
 
     steps = _eager_marked(synthetic_steps(1200, 6))
     pieces = (steps["num_prefills"] == 2) & (steps["graph_replay"] == 1)  # two prompts: say, the pieces
@@ -130,7 +130,7 @@ def test_decodes_in_wide_eager_tiles_get_terms_of_their_own() -> None:
     """Mixed steps whose attention plan gives every decode a 64- or 128-row query tile
     (``attn_tile``) and whose decode context costs that much more: `TILE_TERMS` take exactly
     the extra per context token, and the fit without them cannot follow those steps."""
-    from twinserve.simulator.cost.fit import DEFAULT_TERMS, TILE_TERMS
+    from twinserve.calibration.fit import DEFAULT_TERMS, TILE_TERMS
 
     steps = _eager_marked(synthetic_steps(1500, 7))
     mixed = (steps["num_prefills"] > 0) & (steps["num_decodes"] > 0)
@@ -164,8 +164,8 @@ def test_host_device_steps_whose_thread_was_descheduled_are_left_out() -> None:
     launch had the thread off the CPU (a busy neighbour); its span says nothing of the step.
     With ``host_device`` the fit leaves such rows out and recovers the exact model; without it
     (a GPU's records, where the device span is not CPU time) they are fitted and spoil it."""
-    from twinserve.simulator.cost.fit import descheduled_steps
-    from twinserve.simulator.cost.linear import regime_of
+    from twinserve.calibration.fit import descheduled_steps
+    from twinserve.calibration.linear import regime_of
 
     steps = _eager_marked(synthetic_steps(900, 4))
     steps["launch_cpu_s"] = steps["duration"] * 1.02   # undisturbed: CPU time ~ the span
@@ -318,8 +318,8 @@ def test_fit_recovers_the_overlap_loop_host_parts(tmp_path: Path, timeline_steps
 
 
 def test_timeline_helpers_on_an_overlapped_log(timeline_steps) -> None:
-    from twinserve.simulator.cost.fit import predict_span
-    from twinserve.simulator.cost.timeline import ran_overlapped
+    from twinserve.calibration.fit import predict_span
+    from twinserve.calibration.timeline import ran_overlapped
 
     steps = timeline_steps(200, 4)
     assert ran_overlapped(steps) is True

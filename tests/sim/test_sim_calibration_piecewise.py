@@ -1,6 +1,6 @@
 """Fitting a profile of the engine with piecewise CUDA graphs: the derived feature columns, and
-a llama3-8b H200 profile of that engine (commit c177fee, kept in tests/sim/data), whose step
-grid falls in a slow-host episode as a whole."""
+a llama3-8b H200 profile of that engine whose step grid falls in a slow-host episode as a whole
+(tests/sim/data: the profile's 945 grid steps and its last 200 replay steps, float32)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost import Provenance, fit_calibration
-from twinserve.simulator.cost.linear import with_derived_features
+from twinserve.simulator.cost import Provenance
+from twinserve.calibration import fit_calibration
+from twinserve.calibration.linear import with_derived_features
 
-PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_steps.parquet"
+PROFILE = Path(__file__).resolve().parent / "data/h200_llama3-8b_piecewise_grid.parquet"
 
 
 def test_older_profiles_get_the_dense_rows_and_eager_flags_that_held_then() -> None:
@@ -46,7 +47,7 @@ def test_long_prefill_spans_in_a_slow_host_episode_stay_in_the_device_fit() -> N
 
 def test_one_replay_steps_of_profiles_without_the_column() -> None:
     from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
-    from twinserve.simulator.cost.linear import assume_token_graph_mode
+    from twinserve.calibration.linear import assume_token_graph_mode
 
     k = HYBRID_FULL_MAX_SEQS
     steps = pd.DataFrame({"num_prefills": [0, 1, 1, 1, 0], "num_decodes": [8, 3, 0, k + 4, 300],

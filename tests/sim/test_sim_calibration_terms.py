@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from twinserve.core.batch import BatchFeatures
-from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance, fit_calibration
+from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance
+from twinserve.calibration import fit_calibration
 from twinserve.simulator.cost.base import FeatureColumns
 from twinserve.simulator.cost.calibration import check_terms, term_factors
-from twinserve.simulator.cost.linear import term_matrix
+from twinserve.calibration.linear import term_matrix
 
 
 def _rows(n: int, seed: int, kink: float | None, noise: float = 0.0, bend: float | None = None) -> pd.DataFrame:
@@ -73,7 +74,7 @@ def test_a_kinked_prefill_gets_its_hinge_and_the_line_does_not() -> None:
 
 @pytest.mark.parametrize("kink,bend", [(1024, None), (None, 512), (2048, 256)])
 def test_the_dense_curve_fits_slopes_that_rise_and_fall_at_its_knots(kink, bend) -> None:
-    from twinserve.simulator.cost.fit import DENSE_CURVE
+    from twinserve.calibration.fit import DENSE_CURVE
 
     prov = Provenance("h200", "llama3-8b", 1)
     steps = _rows(800, 0, kink=kink, bend=bend)
@@ -225,7 +226,7 @@ def test_waves_evaluate_alike_on_one_step_and_on_many(tmp_path) -> None:
 def test_the_derived_piece_step_is_a_term_on_steps_columns_and_profiles(tmp_path) -> None:
     """``piece_step`` (`core.batch.piece_step_of`) is checked as a known feature, evaluates bit
     for bit on one step and on many, and a profile's frame gets it as a column."""
-    from twinserve.simulator.cost.linear import with_derived_features
+    from twinserve.calibration.linear import with_derived_features
 
     check_terms(["piece_step", "piece_step*num_seqs"])
     with pytest.raises(ValueError, match="unknown feature"):
@@ -267,8 +268,8 @@ def test_the_wave_size_is_chosen_one_profiled_workload_out() -> None:
     """`fit.wave_folds`: one fold per replayed workload and one for the step grid (rows outside
     the mask get -1); random folds of the wave seed where fewer than three groups are named or
     the profile has no workload column. A wave-quantized decode still gets its wave that way."""
-    from twinserve.simulator.cost.fit import WAVE_FOLD_SEED, wave_folds
-    from twinserve.simulator.cost.linear import fold_ids
+    from twinserve.calibration.fit import WAVE_FOLD_SEED, wave_folds
+    from twinserve.calibration.linear import fold_ids
 
     steps = pd.DataFrame({"phase": ["grid"] * 4 + ["replay"] * 8,
                           "workload": [None] * 4 + ["conv", "conv", "code", "code", "sp", "sp", "conv", "sess"]})

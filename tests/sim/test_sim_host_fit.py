@@ -7,12 +7,13 @@ import pandas as pd
 import pytest
 
 from twinserve.core.batch import BatchFeatures
-from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance, fit_calibration
+from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance
+from twinserve.calibration import fit_calibration
 from twinserve.simulator.cost.calibration import HostFit
 from twinserve.simulator.cost.base import CostModel, HostParts
-from twinserve.simulator.cost.host_episodes import slow_episodes
-from twinserve.simulator.cost.host_fit import HOST_TERMS, fit_host
-from twinserve.simulator.cost.timeline import detect_sync, timeline_frame
+from twinserve.calibration.host_episodes import slow_episodes
+from twinserve.calibration.host_fit import HOST_TERMS, fit_host
+from twinserve.calibration.timeline import detect_sync, timeline_frame
 
 
 def _coef(fit, term):
@@ -84,7 +85,7 @@ def test_graph_launch_work_before_its_wait_is_fitted_from_idle_launches(timeline
 def test_a_recorded_runs_host_speed_is_read_back_and_replayed(timeline_steps, run_sim) -> None:
     from twinserve.core.workload import WORKLOADS
     from twinserve.simulator.cost.base import CostModel, HostParts
-    from twinserve.simulator.cost.host_fit import host_speed_trace
+    from twinserve.calibration.host_fit import host_speed_trace
     from twinserve.simulator.host_speed import HostSpeed
 
     steps = timeline_steps(1500, 3, slow=(600, 1000))
@@ -217,8 +218,8 @@ def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_sp
     launch (the device's work left after the host's last launch call): `_fit_tail` finds (a, b)
     on its grids from the spans of host-paced and device-bound steps alike, and the cost model
     hands the tail to the pipelined loop per step."""
-    from twinserve.simulator.cost.fit import TAIL_TERMS, _fit_tail
-    from twinserve.simulator.cost.timeline import coupled_span
+    from twinserve.calibration.fit import TAIL_TERMS, _fit_tail
+    from twinserve.calibration.timeline import coupled_span
 
     rng = np.random.default_rng(3)
     n, a, b = 600, 1e-4, 8e-6
@@ -256,7 +257,7 @@ def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_sp
 
 
 def test_the_first_step_after_an_idle_wait_gets_its_own_wake_parts(timeline_steps, tmp_path) -> None:
-    from twinserve.simulator.cost.host_fit import WAKE_IDLE_S, idle_before
+    from twinserve.calibration.host_fit import WAKE_IDLE_S, idle_before
 
     steps = timeline_steps(1500, 4, wake_every=50, wake_launch=1.2e-3, wake_s=250e-6)
     woke = steps.index[steps["num_decodes"] == 0]

@@ -1,0 +1,43 @@
+"""``twinserve-bench NAME [args...]``: run one benchmark of `BENCHMARKS` with its own arguments."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """A benchmark by name: the module whose ``main(argv)`` runs it, and one line about it."""
+
+    module: str
+    about: str
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "core": Benchmark("twinserve.bench.core", "schedule() + complete() per step, radix match + insert, trace load"),
+    "workload": Benchmark("twinserve.bench.workload", "workload loading, prompt tokens, metrics tables"),
+    "sim": Benchmark("twinserve.bench.simulator", "simulator speed and memory: the Azure conv trace, 1k-100k requests"),
+    "http-overhead": Benchmark("twinserve.bench.http_overhead",
+                               "HTTP serving against in-process serving (needs the engine and server extras)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, BENCHMARKS))
+    lines = ["usage: twinserve-bench NAME [args...]   (twinserve-bench NAME --help for its arguments)", ""]
+    lines += [f"  {name:<{width}}  {b.about}" for name, b in BENCHMARKS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return
+    name, rest = args[0], args[1:]
+    if name not in BENCHMARKS:
+        raise SystemExit(f"twinserve-bench: unknown benchmark {name!r}\n\n{usage()}")
+    importlib.import_module(BENCHMARKS[name].module).main(rest)
