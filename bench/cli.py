@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "sim": Benchmark("twinserve.bench.simulator", "simulator speed and memory: the Azure conv trace, 1k-100k requests"),
     "http-overhead": Benchmark("twinserve.bench.http_overhead",
                                "HTTP serving against in-process serving (needs the engine and server extras)"),
+    "sbs": Benchmark("twinserve.bench.sbs", "mini-sglang and twinserve side by side on one GPU (docs/side_by_side.md)"),
+    "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
 }
 
 
