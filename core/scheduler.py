@@ -171,7 +171,7 @@ class Scheduler:
 
     def _launch(self, entries: list[tuple[Req, int, bool]]) -> Batch:
         self._step += 1
-        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
+        on_compute = self.policy.on_compute if self.policy.tracks_compute else None
         starts: list[int] = []
         news: list[int] = []
         emits: list[bool] = []
@@ -569,7 +569,7 @@ class Scheduler:
             for (j, idx), page in zip(events, self.allocator.alloc(len(events))):
                 running[idx].pages.append(page)
                 per_step[j] += 1
-        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
+        on_compute = self.policy.on_compute if self.policy.tracks_compute else None
         for r in running:
             first = r.num_tokens - r.prompt_len
             hint = r.output_hint
@@ -638,6 +638,4 @@ class Scheduler:
         assert len(set(every)) == len(every), "a page is owned twice"
         f, u, c = self.page_counts()
         assert (f, u, c) == (len(free), len(private), len(cached)), "page counters drifted"
-        check = getattr(self.cache, "check", None)
-        if check is not None:
-            check()
+        self.cache.check()
