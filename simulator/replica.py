@@ -7,13 +7,13 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Generator
 
-import numpy as np
 from simpy import Event
 
 from twinserve.core.batch import Batch, BatchFeatures
 from twinserve.core.request import Req
-from twinserve.simulator.cost.base import CostModel, FeatureColumns
+from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
+from twinserve.simulator.fast_forward import FastForward
 from twinserve.simulator.steps_log import StepLog
 from twinserve.simulator.timing import STEP_END, At, SimEnvironment
 
@@ -47,13 +47,10 @@ class Replica:
     ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says; the
     step record's ``duration`` is the device time and ``cpu_s`` the host time.
 
-    Fast-forward (``fast_forward=True``): right after a ``complete()``, if the scheduler certifies
-    a stretch of identical decode-only steps (``decode_stretch``), the replica computes their
-    times from ``stretch_features`` and keeps the prefix of steps that all start before the next
-    arrival (``next_arrival()``), applies them with ``advance_decodes`` and sleeps once until the
-    last one ends. Start times are accumulated exactly as step-by-step SimPy would (``now + d``),
-    noise is consumed one factor per step in the same order, so the outcome is identical
-    bit for bit. ``check`` runs ``check_invariants()`` after every step.
+    Fast-forward (``fast_forward=True``, `FastForward`): right after a ``complete()``, a stretch of
+    identical decode-only steps that start before the next arrival (``next_arrival()``) is
+    applied in one event and the replica sleeps once until its last step ends; the outcome is
+    identical bit for bit. ``check`` runs ``check_invariants()`` after every step.
     """
 
     def __init__(self, env: SimEnvironment, index: int, sched: Any, cost: CostModel,
@@ -71,9 +68,16 @@ class Replica:
         self._lagged: deque[Req] = deque()  # arrived while a step ran, not yet schedulable
         self._wake: Event | None = None
         self.busy_s = 0.0
-        self.num_stretches = 0
-        self.stretch_steps = 0
+        self._ff = FastForward(sched, cost, steps, index, noise, max_stretch, check)
         self.process = env.process(self._run_pipelined() if pipeline else self._run())
+
+    @property
+    def num_stretches(self) -> int:
+        return self._ff.num_stretches
+
+    @property
+    def stretch_steps(self) -> int:
+        return self._ff.stretch_steps
 
     @property
     def idle(self) -> bool:
@@ -234,86 +238,10 @@ class Replica:
         """Apply a fast-forward stretch if one of 2+ steps fits before the next arrival; return
         the time its last step ends (the replica sleeps until then) and when that step started,
         else None. With ``lag`` a step also fits when it starts after the arrival but the step
-        before it did not (the arrival becomes schedulable one boundary later).
-
-        Step times are evaluated in growing chunks (32, 128, 512, ... steps) until a step would
-        start at or after the next arrival, so a stretch cut short by an arrival costs little.
-        """
-        sched, cost, noise = self.sched, self.cost, self.noise
-        now, t_next = self.env.now, self._next_visible()
-        k = sched.decode_stretch(self.max_stretch)
-        if k < 2:
+        before it did not (the arrival becomes schedulable one boundary later)."""
+        now = self.env.now
+        run = self._ff.run(now, self._next_visible(), self.lag)
+        if run is None:
             return None
-        f1, f2 = sched.stretch_features(2)
-        s = now
-        n = 0  # steps kept so far (all start before t_next)
-        parts: list[tuple[FeatureColumns, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        chunk = 32
-        while n < k:
-            m = min(chunk, k - n)
-            cols = FeatureColumns.arithmetic(f1, f2, n, m)
-            gpu = cost.step_times(cols)
-            if noise is not None:
-                gpu = gpu * noise.peek(n + m)[n:]
-            cpu = cost.cpu_times(cols)
-            wall = cost.wall_times(gpu, cpu)
-            ends = np.add.accumulate(np.concatenate(([s], wall)))  # sequential, like SimPy's clock
-            # a step joins only if it starts strictly before the next arrival (step 0 starts
-            # now, and every arrival due now has been delivered, so step 0 always does)
-            fit = m if math.isinf(t_next) else int(np.searchsorted(ends[:m], t_next, "left"))
-            cut = fit < m
-            if self.lag and cut:  # the first step starting after it still runs without it
-                fit += 1
-            if fit:
-                parts.append((cols, gpu[:fit], cpu[:fit], wall[:fit], ends[:fit]))
-                n += fit
-                s = float(ends[fit])
-            if cut:
-                break
-            chunk *= 4
-        if n < 2:
-            return None
-        if noise is not None:
-            noise.skip(n)
-        starts = np.concatenate([p[4] for p in parts])
-        wall = np.concatenate([p[3] for p in parts])
-        gpu = np.concatenate([p[1] for p in parts])
-        cpu = np.concatenate([p[2] for p in parts])
-        if self.check:
-            self._check_columns(parts, n)
-        cols = sched.advance_decodes_columns(starts + wall)
-        self._log_stretch(cols, parts, starts, gpu, cpu)
-        if self.check:
-            sched.check_invariants()
-        self.num_stretches += 1
-        self.stretch_steps += n
-        self.busy_s += s - now
-        return s, float(starts[-1])
-
-    def _log_stretch(self, sc: Any, parts: list, starts: np.ndarray, gpu: np.ndarray,
-                     cpu: np.ndarray) -> None:
-        """Log a stretch's rows column-wise. Within a decode stretch nothing arrives, is
-        admitted, finishes or is preempted, so queue lengths and preemptions are constant and
-        step ids count up by one; page counts come per step from the scheduler (free pages
-        shrink, and cached prefixes are evicted once none are free)."""
-        n = sc.k
-        cols: dict[str, Any] = {
-            "replica": self.index, "start": starts, "duration": gpu, "cpu_s": cpu,
-            "step": np.arange(sc.first_step, sc.first_step + n, dtype=np.int64),
-            "num_waiting": sc.num_waiting, "num_running": sc.num_running,
-            "cached_pages": sc.cached_pages, "num_preempted": 0,
-            "free_pages": sc.free_pages, "used_pages": sc.used_pages,
-        }
-        for name in BatchFeatures.names():
-            vals = [p[0].column(name) for p in parts]
-            cols[name] = vals[0] if isinstance(vals[0], float) else \
-                np.concatenate([v[: len(p[3])] for v, p in zip(vals, parts)])
-        self.steps.add_block(cols, n)
-
-    def _check_columns(self, parts: list, n: int) -> None:
-        """Checking mode: the arithmetic feature columns equal the scheduler's own features."""
-        ref = FeatureColumns(self.sched.stretch_features(n))
-        for name in BatchFeatures.names():
-            mine = np.concatenate([np.broadcast_to(p[0].column(name), (p[0].size,))[: len(p[3])]
-                                   for p in parts])
-            assert np.array_equal(mine, ref.column(name)), f"stretch feature {name} differs"
+        self.busy_s += run.end - now
+        return run.end, run.last_start

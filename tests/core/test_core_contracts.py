@@ -16,7 +16,7 @@ from twinserve.policies.registries import CACHE, MEMORY, SCHEDULING
 
 ROOT = Path(twinserve.__file__).parent
 # the modules that drive policies, caches and allocators, and the component each attribute names
-USERS = ["core/scheduler.py"]
+USERS = ["core/scheduler.py", "simulator/stretch.py"]
 COMPONENTS = {"policy": contracts.SchedulingLike, "memory": contracts.MemoryLike,
               "cache": contracts.CacheLike, "allocator": contracts.AllocatorLike}
 
