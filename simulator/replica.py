@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Generator
+from typing import Callable, ClassVar, Generator
 
 from simpy import Event
 
 from twinserve.core.batch import Batch
+from twinserve.core.records import StepRecord
 from twinserve.core.request import Req
+from twinserve.core.scheduler import Scheduler
 from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
+from twinserve.simulator.host_speed import HostSpeed
 from twinserve.simulator.steps_log import StepLog
 from twinserve.simulator.timing import SimEnvironment
 
@@ -34,7 +38,7 @@ class ReplicaSetup:
 
     env: SimEnvironment
     index: int
-    sched: Any
+    sched: Scheduler
     cost: CostModel
     steps: StepLog
     on_finish: Callable[[list[Req], int], None]
@@ -43,10 +47,10 @@ class ReplicaSetup:
     check: bool
     fast_forward: bool
     max_stretch: int
-    host_speed: Any
+    host_speed: HostSpeed | None
 
 
-class Replica:
+class Replica(ABC):
     """One serving replica: a scheduler, a cost model and one SimPy process running the loop
     its subclass defines (``_run``; the modes are in `twinserve.simulator.replicas`).
 
@@ -86,8 +90,9 @@ class Replica:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    @abstractmethod
     def _run(self) -> Generator:
-        raise NotImplementedError
+        """The replica's process: the loop of its mode."""
 
     def _wait_for_work(self) -> Generator:
         """Sleep until ``submit`` wakes the replica."""
@@ -95,7 +100,7 @@ class Replica:
         yield self._wake
         self._wake = None
 
-    def _complete(self, batch: Batch, rec: Any, wall: float) -> None:
+    def _complete(self, batch: Batch, rec: StepRecord, wall: float) -> None:
         """After a step's wall time: deliver its tokens, log its record, hand on finished ones."""
         self.busy_s += wall
         finished = self.sched.complete(batch, batch_tokens(batch), self.env.now)
