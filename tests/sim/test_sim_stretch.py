@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+import twinserve
 
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.request import Req
@@ -11,7 +16,7 @@ from twinserve.core.sampling import SamplingParams
 from twinserve.core.scheduler import Scheduler
 from twinserve.policies.factory import build_scheduler
 from twinserve.simulator.replica import batch_tokens
-from twinserve.simulator.stretch import DecodeStretch
+from twinserve.simulator.stretch import DecodeStretch, StretchScheduler
 
 
 def _sched(policy: str, cache: str, num_pages: int) -> Scheduler:
@@ -94,3 +99,26 @@ def test_a_stretch_stops_where_the_pages_run_out() -> None:
     pages = [-(-(r.num_computed + st.k) // 4) - len(r.pages) for r in s.running]
     over = [-(-(r.num_computed + st.k + 1) // 4) - len(r.pages) for r in s.running]
     assert sum(max(0, p) for p in pages) <= free < sum(max(0, p) for p in over)
+
+
+def _surface() -> set[str]:
+    return {n for n in vars(StretchScheduler) if not n.startswith("_")} | set(StretchScheduler.__annotations__)
+
+
+def test_the_scheduler_offers_the_declared_surface() -> None:
+    s = _sched("fcfs", "radix", 60)
+    missing = [m for m in _surface() if not hasattr(s, m)]
+    assert not missing and {"step", "count_steps", "take_pages"} <= _surface()
+
+
+@pytest.mark.parametrize("module", ["stretch.py", "fast_forward.py"])
+def test_fast_forward_uses_only_the_declared_surface(module: str) -> None:
+    """Every ``sched.<name>`` / ``self.sched.<name>`` in the module is a member of the Protocol."""
+    tree = ast.parse((Path(twinserve.__file__).parent / "simulator" / module).read_text())
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == "sched") or (isinstance(v, ast.Attribute) and v.attr == "sched"):
+                used.add(node.attr)
+    assert used and used <= _surface(), sorted(used - _surface())
