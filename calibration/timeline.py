@@ -2,7 +2,7 @@
 
 The engine records, per step, host times on its ``now()`` clock and the step's device span
 (CUDA events against the same origin); see `twinserve.engine.engine.Engine`. This module turns
-them into the quantities of the simulator's overlap loop (``Replica._run_pipelined``):
+them into the quantities of the simulator's overlap loop (``PipelinedReplica``):
 
 - ``mark``: when the host marked the step's device start (``iter_start + sched_s +
   plan_wait_s``); ``prev_end``: the previous step's device end;

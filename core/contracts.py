@@ -1,13 +1,14 @@
 """Structural types of the objects the `Scheduler` drives.
 
 The implementations live in ``twinserve.policies`` (which imports core, never the reverse); these
-Protocols only say what the scheduler calls. Each method's contract is documented on the base
-classes in ``policies/``.
+Protocols say everything the scheduler reads, writes or calls on them, and nothing else: a member
+missing here is one the scheduler does not use. Each method's contract is documented on the base
+classes in ``policies/``, which implement every member (optional ones with a default).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -20,9 +21,15 @@ class MatchLike(Protocol):
     num_tokens: int
 
 
+class CacheStatsLike(Protocol):
+    queried_tokens: int
+    hit_tokens: int
+
+
+@runtime_checkable
 class CacheLike(Protocol):
     page_size: int
-    stats: Any
+    stats: CacheStatsLike
 
     def match(self, tokens: np.ndarray) -> MatchLike: ...
     def match_len(self, tokens: np.ndarray) -> int: ...
@@ -33,6 +40,8 @@ class CacheLike(Protocol):
     def all_pages(self) -> list[int]: ...
     def path_pages(self, node: Any) -> list[int]: ...
     def is_locked(self, node: Any) -> bool: ...
+    def distinct_path_pages(self, nodes: Sequence[Any]) -> int: ...
+    def check(self) -> None: ...
 
     @property
     def num_pages(self) -> int: ...
@@ -41,6 +50,7 @@ class CacheLike(Protocol):
     def evictable_pages(self) -> int: ...
 
 
+@runtime_checkable
 class AllocatorLike(Protocol):
     num_pages: int
 
@@ -51,6 +61,7 @@ class AllocatorLike(Protocol):
     def free_pages(self) -> list[int]: ...
 
 
+@runtime_checkable
 class MemoryLike(Protocol):
     preempts: bool
 
@@ -58,6 +69,7 @@ class MemoryLike(Protocol):
     def can_admit(self, new_pages: int, available: int, total: int) -> bool: ...
 
 
+@runtime_checkable
 class SchedulingLike(Protocol):
     tracks_compute: bool
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import Batch, BatchFeatures, graph_features, padded_batch_size
+from twinserve.core.batch import Batch
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
@@ -16,19 +15,6 @@ from twinserve.core.request import Req, ReqState
 _RUNNING = ReqState.RUNNING
 _WAITING = ReqState.WAITING
 _FINISHED = ReqState.FINISHED
-
-
-@dataclass(frozen=True, slots=True)
-class StretchColumns:
-    """Per-step counts of a fast-forwarded decode stretch (arrays of length ``k``)."""
-
-    first_step: int
-    k: int
-    num_waiting: int
-    num_running: int
-    free_pages: np.ndarray
-    used_pages: np.ndarray
-    cached_pages: np.ndarray
 
 
 class Scheduler:
@@ -53,6 +39,11 @@ class Scheduler:
     or owned by the prefix cache, so free + used + cached == num_pages; a request's cached prefix
     stays locked while it holds it; a FINISHED or ABORTED request holds nothing once no launched
     batch still contains it.
+
+    Besides ``schedule``/``complete``, a backend that applies several steps at once (the
+    simulator's fast-forward) uses only ``step``, ``count_steps``, ``num_inflight``,
+    ``prune_ended``, ``take_pages``, ``shared_context``, ``page_counts`` and the public attributes;
+    it must leave the invariants exactly as the same steps run one by one would.
     """
 
     def __init__(
@@ -83,8 +74,6 @@ class Scheduler:
         self._dirty = False
         self._last_preempted = 0
         self.num_preemptions = 0
-        self._ff_key: tuple[int, int, int] | None = None
-        self._ff_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     # ---- queue -----------------------------------------------------------------------------
     def add(self, req: Req) -> None:
@@ -127,18 +116,28 @@ class Scheduler:
 
     @property
     def num_waiting(self) -> int:
-        self._clean()
+        self.prune_ended()
         return len(self.waiting)
 
     @property
     def num_running(self) -> int:
-        self._clean()
+        self.prune_ended()
         return len(self.running)
 
     @property
     def has_work(self) -> bool:
-        self._clean()
+        self.prune_ended()
         return bool(self.waiting or self.running or self._inflight)
+
+    @property
+    def step(self) -> int:
+        """Id of the last launched batch (0 before the first); ids count up by one."""
+        return self._step
+
+    @property
+    def num_inflight(self) -> int:
+        """Launched batches whose ``complete()`` is outstanding."""
+        return self._inflight
 
     def get(self, rid: int) -> Req | None:
         return self._live.get(rid)
@@ -150,7 +149,7 @@ class Scheduler:
 
     # ---- one step --------------------------------------------------------------------------
     def schedule(self, now: float) -> Batch | None:
-        self._clean()
+        self.prune_ended()
         if not self.running and not self.waiting:
             return None
         entries: list[tuple[Req, int, bool]] = []
@@ -171,7 +170,7 @@ class Scheduler:
 
     def _launch(self, entries: list[tuple[Req, int, bool]]) -> Batch:
         self._step += 1
-        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
+        on_compute = self.policy.on_compute if self.policy.tracks_compute else None
         starts: list[int] = []
         news: list[int] = []
         emits: list[bool] = []
@@ -202,11 +201,11 @@ class Scheduler:
                     on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
-                     self.config.max_graph_bs, self._shared_ctx(nodes, cached),
+                     self.config.max_graph_bs, self.shared_context(nodes, cached),
                      self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running,
                      self.config.hybrid_decode_heavy, self.config.gqa_group)
 
-    def _shared_ctx(self, nodes: list, cached: int) -> int:
+    def shared_context(self, nodes: Sequence[object], cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
         more than one of their requests reads, counted once per extra reader."""
         if len(nodes) < 2:
@@ -304,7 +303,7 @@ class Scheduler:
                 break
             r.pages = list(m.pages)
             if need > 0:
-                r.pages.extend(self._alloc(need))  # cannot fail: need <= avail
+                r.pages.extend(self.take_pages(need))  # cannot fail: need <= avail
             r.num_cache_pages = len(m.pages)
             r.cache_node = m.node
             r.num_computed = start
@@ -325,7 +324,6 @@ class Scheduler:
 
     def complete(self, batch: Batch, tokens: Sequence[int] | np.ndarray, now: float) -> list[Req]:
         """Deliver a launched batch's sampled tokens; returns the requests released by this call."""
-        self._ff_key = None
         if len(tokens) != len(batch.reqs):
             raise ValueError(f"complete: {len(tokens)} tokens for a batch of {len(batch.reqs)}")
         self._inflight -= 1
@@ -358,7 +356,9 @@ class Scheduler:
         return ended
 
     # ---- pages -----------------------------------------------------------------------------
-    def _alloc(self, n: int) -> list[int] | None:
+    def take_pages(self, n: int) -> list[int] | None:
+        """``n`` pages off the free list, evicting unlocked cached prefixes (LRU) when it runs
+        dry; None when free + evictable pages fall short. The caller owns the pages."""
         alloc = self.allocator
         short = n - alloc.free_count
         if short > 0:
@@ -373,7 +373,7 @@ class Scheduler:
         need = -(-tokens // self.config.page_size) - len(r.pages)
         if need <= 0:
             return True
-        pages = self._alloc(need)
+        pages = self.take_pages(need)
         if pages is None:
             return False
         r.pages.extend(pages)
@@ -446,7 +446,9 @@ class Scheduler:
         r.t_finish = now
         self._dirty = True
 
-    def _clean(self) -> None:
+    def prune_ended(self) -> None:
+        """Drop finished and aborted requests from ``waiting`` and ``running`` (kept there
+        lazily until a reader needs the lists exact)."""
         if self._dirty:
             self.running = [r for r in self.running if r.state is _RUNNING]
             self.waiting = [r for r in self.waiting if r.state is _WAITING]
@@ -460,159 +462,12 @@ class Scheduler:
         return StepRecord(batch.step, start, duration, batch.features(), len(self.waiting),
                           len(self.running), free, used, cached, self._last_preempted, cpu_s, replica)
 
-    # ---- fast-forward (simulator) ----------------------------------------------------------
-    def decode_stretch(self, limit: int) -> int:
-        """How many upcoming steps are certainly the same decode-only batch with no finish.
-
-        Holds when no batch is in flight, every running request is decoding with ``ignore_eos``
-        (or no EOS ids) and no stop ids, nothing can be admitted, and the pages those steps need
-        are free or evictable from the prefix cache (no preemption). Assumes no arrival during
-        the stretch (the caller's ``limit``).
-        """
-        self._clean()
-        if limit < 1 or self._inflight:
-            return 0
-        running = self.running
-        b = len(running)
-        cfg = self.config
-        if b == 0 or b > cfg.max_num_batched_tokens:
-            return 0
-        if self.waiting and b < cfg.max_running and b < cfg.max_num_batched_tokens:
-            return 0
-        eos = bool(self.eos)
-        left = limit + 1
-        for r in running:
-            if r.num_tokens - r.num_computed != 1 or r.num_tokens == r.prompt_len:
-                return 0
-            p = r.params
-            if (eos and not p.ignore_eos) or p.stop_token_ids:
-                return 0
-            lft = p.max_tokens - (r.num_tokens - r.prompt_len)
-            if lft < left:
-                left = lft
-        k = min(limit, left - 1)
-        if k < 1:
-            return 0
-        c, npg = self._stretch_arrays()
-        avail = self.allocator.free_count + self.cache.evictable_pages
-        ps = cfg.page_size
-
-        def pages_needed(steps: int) -> int:
-            return int(np.maximum(0, -(-(c + steps) // ps) - npg).sum())
-
-        if pages_needed(k) <= avail:
-            return k
-        lo, hi = 0, k  # pages_needed(lo) <= avail < pages_needed(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if pages_needed(mid) <= avail:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def _stretch_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Computed tokens and pages of each running request, memoised until the state moves."""
-        key = (self._step, self._inflight, len(self.running))
-        if self._ff_key == key and self._ff_arrays is not None:
-            return self._ff_arrays
-        n = len(self.running)
-        c = np.fromiter((r.num_computed for r in self.running), dtype=np.int64, count=n)
-        npg = np.fromiter((len(r.pages) for r in self.running), dtype=np.int64, count=n)
-        self._ff_key, self._ff_arrays = key, (c, npg)
-        return c, npg
-
-    def stretch_features(self, k: int) -> list[BatchFeatures]:
-        """Features of each of the next ``k`` decode-only steps (see ``decode_stretch``)."""
-        c, _ = self._stretch_arrays()
-        b = len(c)
-        total = int(c.sum())
-        top = int(c.max())
-        padded = padded_batch_size(b, self.config.max_graph_bs)
-        cfg = self.config
-        rows, eager, replay, wide = graph_features(b, b, b, cfg.max_graph_bs, cfg.piecewise_max_tokens,
-                                                   cfg.token_graph_mode, cfg.max_running, cfg.hybrid_decode_heavy)
-        cached = [r for r in self.running if r.cache_node is not None]
-        shared = self._shared_ctx([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
-        return [
-            BatchFeatures(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
-                          decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
-                          padded_decodes=padded, max_ctx=top + j,
-                          decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
-                          eager_step=eager, graph_replay=replay, wide_tiles=wide)
-            for j in range(1, k + 1)
-        ]
-
-    def advance_decodes_columns(self, ends: np.ndarray) -> StretchColumns:
-        """Apply ``len(ends)`` decode steps at once, exactly as that many schedule()/complete()
-        pairs would: the same pages are taken (cached prefixes evicted in the same LRU order when
-        the free list runs dry), token values come from ``output_hint`` (else 0) and each token
-        is stamped with its step's end. Valid only for ``len(ends) <= decode_stretch(...)``.
-        Returns the per-step queue and page counts as columns."""
-        k = len(ends)
-        self._ff_key = None
-        running = self.running
-        ps = self.config.page_size
-        # page needs in the order step-by-step makes them: by step, then running order
-        events: list[tuple[int, int]] = []
-        for idx, r in enumerate(running):
-            c = r.num_computed
-            for q in range(len(r.pages), -(-(c + k) // ps)):
-                events.append((q * ps - c + 1, idx))  # page q is first written at step q*ps-c+1
-        per_step = np.zeros(k + 1, dtype=np.int64)
-        free0 = self.allocator.free_count
-        cached0 = self.cache.num_pages
-        if events:
-            events.sort()
-            short = len(events) - free0
-            if short > 0:
-                self.allocator.free(self.cache.evict(short))
-            for (j, idx), page in zip(events, self.allocator.alloc(len(events))):
-                running[idx].pages.append(page)
-                per_step[j] += 1
-        on_compute = self.policy.on_compute if getattr(self.policy, "tracks_compute", True) else None
-        for r in running:
-            first = r.num_tokens - r.prompt_len
-            hint = r.output_hint
-            if hint is not None and first + k <= len(hint):
-                vals: np.ndarray | int = hint[first : first + k]
-            elif hint is not None:
-                vals = np.array([int(hint[p]) if p < len(hint) else 0 for p in range(first, first + k)],
-                                dtype=np.int32)
-            else:
-                vals = 0
-            r.append_outputs(vals, ends)
-            r.num_computed += k
-            if on_compute is not None:
-                for _ in range(k):
-                    on_compute(r, 0, 1)
-        # free pages shrink by each step's allocations; once none are free, every allocation
-        # evicts one cached page instead
-        alloc_cum = np.cumsum(per_step[1:])
-        free = np.maximum(free0 - alloc_cum, 0)
-        evicted = np.maximum(alloc_cum - free0, 0)
-        cached = cached0 - evicted
-        total = self.config.num_pages
-        first_step = self._step + 1
+    def count_steps(self, k: int) -> int:
+        """Account for ``k`` batches that ran outside ``schedule()``/``complete()`` (a
+        simulator's fast-forward); returns the id of the first of them."""
+        first = self._step + 1
         self._step += k
-        return StretchColumns(first_step, k, len(self.waiting), len(running), free,
-                              total - free - cached, cached)
-
-    def advance_decodes(self, starts: np.ndarray, durations: np.ndarray,
-                        cpu_s: float | np.ndarray = 0.0, replica: int = 0) -> list[StepRecord]:
-        """`advance_decodes_columns` with one `StepRecord` per step (start, duration as given)."""
-        k = len(starts)
-        if k == 0:
-            return []
-        starts = np.asarray(starts, dtype=np.float64)
-        ends = starts + np.asarray(durations, dtype=np.float64)
-        cpu = np.broadcast_to(np.asarray(cpu_s, dtype=np.float64), (k,))
-        feats = self.stretch_features(k)
-        cols = self.advance_decodes_columns(ends)
-        return [StepRecord(cols.first_step + j, float(starts[j]), float(ends[j] - starts[j]), feats[j],
-                           cols.num_waiting, cols.num_running, int(cols.free_pages[j]),
-                           int(cols.used_pages[j]), int(cols.cached_pages[j]), 0, float(cpu[j]), replica)
-                for j in range(k)]
+        return first
 
     # ---- checks ----------------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -639,6 +494,4 @@ class Scheduler:
         assert len(set(every)) == len(every), "a page is owned twice"
         f, u, c = self.page_counts()
         assert (f, u, c) == (len(free), len(private), len(cached)), "page counters drifted"
-        check = getattr(self.cache, "check", None)
-        if check is not None:
-            check()
+        self.cache.check()

@@ -15,7 +15,8 @@ from twinserve.core.workload import Workload
 from twinserve.simulator.arrivals import ArrivalProcess
 from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
-from twinserve.simulator.replica import Replica
+from twinserve.simulator.replica import Replica, ReplicaSetup
+from twinserve.simulator.replicas import make_replica
 from twinserve.simulator.requests_log import RequestLog
 from twinserve.simulator.router import ROUTERS
 from twinserve.simulator.steps_log import StepLog
@@ -34,9 +35,10 @@ class SimConfig:
     ``check_invariants`` runs the scheduler's invariant checks after every step (slow).
     ``keep_steps=False`` keeps only the step count (less memory). ``progress`` shows a tqdm bar
     over simulated time. ``pipeline`` replays the engine's overlap loop as a host and a device
-    timeline (`Replica._run_pipelined`, with the cost model's ``host_parts``), slower since
+    timeline (`PipelinedReplica`, with the cost model's ``host_parts``), slower since
     nothing fast-forwards. ``lag_arrivals`` (plain loop only): a request arriving while a step
-    runs is first scheduled one step boundary later, as an overlapping engine does (`Replica`).
+    runs is first scheduled one step boundary later, as an overlapping engine does
+    (`LaggedReplica`). ``loop`` names the replica loop these select (`REPLICA_LOOPS`).
     ``host_speed`` (pipelined loop only): a `HostSpeed` slowing every replica's host parts over
     time (a diagnostic replay of a recorded run's host).
     """
@@ -54,6 +56,13 @@ class SimConfig:
     pipeline: bool = False
     lag_arrivals: bool = False
     host_speed: Any = None
+
+    @property
+    def loop(self) -> str:
+        """The replica loop mode: pipelined, lagged or plain."""
+        if self.pipeline:
+            return "pipelined"
+        return "lagged" if self.lag_arrivals else "plain"
 
 
 @dataclass(slots=True)
@@ -124,9 +133,9 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
         if quant is not None:
             seed = int(np.random.SeedSequence([cfg.seed, NOISE_STREAM, i]).generate_state(1)[0])
             noise = StepNoise(quant[0], quant[1], seed)
-        replicas.append(Replica(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
-                                cfg.fast_forward, cfg.check_invariants, cfg.max_stretch,
-                                cfg.pipeline, cfg.lag_arrivals, cfg.host_speed))
+        setup = ReplicaSetup(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
+                             cfg.check_invariants, cfg.fast_forward, cfg.max_stretch, cfg.host_speed)
+        replicas.append(make_replica(cfg.loop, setup))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0
     for i, s in enumerate(scheds):

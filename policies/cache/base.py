@@ -97,3 +97,8 @@ class PrefixCache(ABC):
 
     def is_locked(self, node: Any) -> bool:
         return node is None
+
+    def check(self) -> None:
+        """Raise AssertionError if the cache's own bookkeeping is inconsistent (for invariant
+        checks; the default checks nothing)."""
+        return None

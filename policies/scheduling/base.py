@@ -20,12 +20,12 @@ class SchedulingPolicy:
     - ``on_add`` / ``on_compute`` / ``on_exit`` are notifications for stateful policies (fair
       share): a request entered the queue; it computed ``prefill`` prompt tokens and produced
       ``outputs`` tokens in a step; it left for good. They never change scheduler state.
-      ``on_compute`` is only called when the class sets ``tracks_compute = True``.
+      The scheduler calls ``on_compute`` only when ``tracks_compute`` is true (default False).
     Subclasses register with ``@SCHEDULING.register("name")``; constructor kwargs come from Hydra.
     """
 
     name = "base"
-    tracks_compute = False  # True if on_compute matters (lets the scheduler skip the calls)
+    tracks_compute: bool = False  # True if on_compute matters (lets the scheduler skip the calls)
 
     def order(self, waiting: Sequence[Req], now: float, cache: PrefixCache) -> list[Req]:
         return list(waiting)

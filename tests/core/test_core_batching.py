@@ -214,6 +214,7 @@ def test_recompute_longer_than_the_budget_runs_alone_without_chunking() -> None:
 
 def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
     from twinserve.core.batch import BatchFeatures, dense_layers
+    from twinserve.simulator.stretch import DecodeStretch
 
     assert dense_layers(3, 3, True) == (4, False)  # a decode graph of 4
     assert dense_layers(300, 300, True, max_graph_bs=256) == (320, False)  # decodes beyond the graphs: pieces
@@ -225,7 +226,7 @@ def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
     for i in range(10):
         s.add(make_req(i, 3, max_tokens=4))
     step(s, 0)
-    f = s.stretch_features(2)
+    f = DecodeStretch.find(s, 2).features(2)
     assert [(x.padded_tokens, x.eager_step) for x in f] == [(16, 0), (16, 0)]  # 10 decodes > 8: pieces
     big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024,
                      piecewise_max_tokens=2048)

@@ -1,0 +1,101 @@
+"""`PipelinedReplica`: the engine's overlap loop, host and device as two timelines."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Generator
+
+from twinserve.core.batch import Batch, BatchFeatures
+from twinserve.simulator.replica import Replica, ReplicaSetup
+
+
+class PipelinedReplica(Replica):
+    """The engine's overlap loop, host and device as two timelines. Iteration k starts at
+    ``t``: ``schedule`` takes ``sched``; the step's device span starts when the device is
+    free and the host has marked it (the mark also waits until the previous step has
+    started on the device, as the engine's attention plan does); the host then spends
+    ``launch``, waits for step k-1's device end, delivers its tokens (``complete`` of k-1),
+    and spends ``loop`` before iteration k+1::
+
+        mark = max(t + sched, dev_start[k-1]);  dev_start[k] = max(dev_end[k-1], mark)
+        launched = (max(mark + pre, dev_end[k-1]) if sync else mark + pre) + launch
+        ready = max(launched - post, mark) + device if graph else launched + tail
+        dev_end[k] = max(dev_start[k] + device, ready)
+        tokens of k-1 at max(launched, dev_end[k-1]);  next t = that + complete + loop
+
+    A CUDA-graph step cannot start on the device before its replay was enqueued, ``post``
+    before its launch ends (sampling and the token copy are launched after it); an eager step's
+    kernels run as they are launched, so it ends no earlier than ``tail`` after the launch
+    (a host-bound step); ``sync``: the launch waits for the previous step's device end
+    once it has done ``pre`` of its own work.
+
+    Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits), slowed by
+    ``host_speed`` at the iteration's start when one is given; a request
+    arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
+    an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
+    and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
+    work for the first step it launches. No fast-forward here (a batch is always in flight)."""
+
+    mode = "pipelined"
+
+    def __init__(self, setup: ReplicaSetup) -> None:
+        self.host_speed = setup.host_speed  # a `HostSpeed` replayed over time, or None
+        super().__init__(setup)
+
+    def _run(self) -> Generator:
+        env, sched, cost = self.env, self.sched, self.cost
+        prev: tuple[Batch, Any, float, float, float] | None = None  # batch, rec, dev start, end, complete
+        dev_end = -math.inf
+        wake = cost.wake_parts()
+        woke_launch = 0.0  # extra launch work of the first step after a long idle wait
+        while True:
+            t = env.now
+            batch = sched.schedule(t)
+            if batch is None and prev is None:
+                idle_from = env.now
+                yield from self._wait_for_work()
+                if wake.delay > 0.0:
+                    yield env.timeout(wake.delay)
+                woke_launch = wake.launch if env.now - idle_from > wake.idle_s else 0.0
+                continue
+            t_host = t
+            launched = None
+            loop = 0.0
+            if batch is not None:
+                f = batch.features()
+                hp = self._host_parts(f, t)
+                if woke_launch:
+                    hp = replace(hp, launch=hp.launch + woke_launch)
+                    woke_launch = 0.0
+                gpu = hp.device if hp.device is not None else cost.step_time(f)
+                if self.noise is not None:
+                    gpu = gpu * self.noise.one()
+                rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.pre + hp.launch + hp.complete,
+                                   replica=self.index)
+                mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
+                d0 = max(dev_end, mark)
+                t_host = (max(mark + hp.pre, dev_end) if hp.sync else mark + hp.pre) + hp.launch
+                # a graph starts once enqueued (post before its launch ends); eager kernels run
+                # as launched, ending >= tail after the launch
+                ready = max(t_host - hp.post, mark) + gpu if hp.graph else t_host + hp.tail
+                dev_end = max(d0 + gpu, ready)
+                rec.duration = dev_end - d0  # the device span, as the engine's events measure it
+                launched = (batch, rec, d0, dev_end, hp.complete)
+                loop = hp.loop
+            if prev is not None:
+                t_tok = max(t_host, prev[3])
+                if t_tok > env.now:
+                    yield env.timeout(t_tok - env.now)
+                self._complete(prev[0], prev[1], prev[3] - prev[2])
+                t_host = t_tok + prev[4]
+                if batch is None:
+                    loop = self._host_parts(prev[0].features(), t).loop
+            prev = launched
+            nxt = t_host + loop
+            if nxt > env.now:
+                yield env.timeout(nxt - env.now)
+
+    def _host_parts(self, f: BatchFeatures, t: float) -> Any:
+        hp = self.cost.host_parts(f)
+        return hp if self.host_speed is None else self.host_speed.scale(hp, t)

@@ -1,0 +1,79 @@
+"""`PlainReplica`: the loop of DESIGN.md, one step at a time or fast-forwarded."""
+
+from __future__ import annotations
+
+from typing import Generator
+
+from twinserve.core.batch import Batch
+from twinserve.simulator.fast_forward import FastForward, StretchRun
+from twinserve.simulator.replica import Replica, ReplicaSetup
+from twinserve.simulator.timing import STEP_END, At
+
+
+class PlainReplica(Replica):
+    """The loop both backends share, step time from the cost model::
+
+        batch = scheduler.schedule(env.now)
+        yield env.timeout(wall time of the batch)
+        scheduler.complete(batch, tokens, env.now)
+
+    With nothing to run it waits until ``submit`` wakes it. Step time: device time
+    ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
+    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says; the
+    step record's ``duration`` is the device time and ``cpu_s`` the host time.
+
+    With ``fast_forward`` (`FastForward`), right after each ``complete()`` a stretch of
+    identical decode-only steps that start before the next arrival is applied in one event and
+    the replica sleeps until its last step ends; the tables are the same bit for bit.
+    """
+
+    mode = "plain"
+
+    def __init__(self, setup: ReplicaSetup) -> None:
+        self._ff = FastForward(setup.sched, setup.cost, setup.steps, setup.index, setup.noise,
+                               setup.max_stretch, setup.check) if setup.fast_forward else None
+        super().__init__(setup)
+
+    @property
+    def num_stretches(self) -> int:
+        return self._ff.num_stretches if self._ff is not None else 0
+
+    @property
+    def stretch_steps(self) -> int:
+        return self._ff.stretch_steps if self._ff is not None else 0
+
+    def _run(self) -> Generator:
+        env, sched = self.env, self.sched
+        while True:
+            batch = self._schedule()
+            if batch is None:
+                yield from self._wait_for_work()
+                continue
+            self._started(env.now)
+            gpu, cpu, wall = self._step_cost(batch)
+            rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
+            yield env.timeout(wall)
+            self._complete(batch, rec, wall)
+            if self._ff is not None:
+                now = env.now
+                run = self._stretch(self._ff, now)
+                if run is not None:
+                    self.busy_s += run.end - now
+                    yield At(env, run.end, STEP_END)
+
+    def _schedule(self) -> Batch | None:
+        return self.sched.schedule(self.env.now)
+
+    def _started(self, t: float) -> None:
+        """A step starts at ``t``."""
+        return None
+
+    def _stretch(self, ff: FastForward, now: float) -> StretchRun | None:
+        """Fast-forward from ``now`` if a stretch fits before the next arrival."""
+        return ff.run(now, self._next_arrival(), one_past=False)
+
+    def _step_cost(self, batch: Batch) -> tuple[float, float, float]:
+        gpu, cpu = self.cost.step_costs(batch.features())
+        if self.noise is not None:
+            gpu = gpu * self.noise.one()
+        return gpu, cpu, self.cost.wall_time(gpu, cpu)
