@@ -22,6 +22,8 @@ import torch
 from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
+from twinserve.core.spec import SpecConfig
+from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.cpu_chase import CpuChaser
 from twinserve.engine.executor import RankExecutor, resolve_device
@@ -101,6 +103,14 @@ class Engine:
             self.sched_config, cfg.scheduling, cfg.memory, cfg.cache, cfg.scheduling_kwargs,
             cfg.memory_kwargs, cfg.cache_kwargs, eos_token_ids=self.eos_token_ids, checked=cfg.checked)
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
+        spec = SpecConfig.of(cfg.spec)
+        if spec.enabled:
+            if cfg.overlap:
+                raise ValueError("speculative decoding runs without overlap scheduling: leave overlap unset or False")
+            if cfg.tp_size > 1:
+                raise ValueError("speculative decoding runs at tp_size 1")
+            self.overlap = False
+            self.scheduler.spec = SpecDecoding(spec)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()
         self._t0 = time.perf_counter()
@@ -261,6 +271,7 @@ class Engine:
             "num_pages": total,
             "steps": len(self.steps),
             "tp_size": self.cfg.tp_size,
+            **(self.scheduler.spec.stats() if self.scheduler.spec is not None else {}),
         }
 
     def shutdown(self) -> None:
@@ -311,7 +322,7 @@ class Engine:
         tw = time.perf_counter()
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
-        ended = self.scheduler.complete(fl.batch, tokens, t - self._t0)
+        ended = self.scheduler.complete(fl.batch, tokens, t - self._t0, fl.verified)
         rec.duration = duration
         t_end = time.perf_counter()
         rec.cpu_s += t_end - t
