@@ -60,6 +60,11 @@ class ServerMetrics:
         self.generation_tokens = Counter("twinserve_generation_tokens", "Generated tokens", registry=r)
         self.finished = Counter("twinserve_request_success", "Finished requests", ["finish_reason"], registry=r)
         self.rejected = Counter("twinserve_request_rejected", "Requests answered with an error", ["status"], registry=r)
+        # speculative decoding's totals (engine stats `spec_decode_*`; 0 without speculation)
+        self.spec_draft = Gauge("twinserve_spec_decode_num_draft_tokens", "Tokens proposed by speculation",
+                                registry=r)
+        self.spec_accepted = Gauge("twinserve_spec_decode_num_accepted_tokens",
+                                   "Proposed tokens the model accepted", registry=r)
         self.info = Gauge("twinserve_model_info", "Served model", ["model_name"], registry=r)
         self.info.labels(model_name=model_name).set(1)
 
@@ -69,6 +74,8 @@ class ServerMetrics:
         self.waiting.set(g["waiting"])
         self.kv_usage.set(g["kv_usage"])
         self.hit_rate.set(g["cache_hit_rate"])
+        self.spec_draft.set(float(stats.get("spec_decode_num_draft_tokens", 0)))
+        self.spec_accepted.set(float(stats.get("spec_decode_num_accepted_tokens", 0)))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
