@@ -244,7 +244,10 @@ class Batch:
     marks one-token steps of a request that already has output. ``decode_shared_ctx``: tokens of
     the decodes' cached-prefix pages that more than one decode of the step reads, counted once
     per extra reader (set by the scheduler; 0 without a prefix cache). The graph fields after it
-    are the engine's (`SchedulerConfig`), for `features`.
+    are the engine's (`SchedulerConfig`), for `features`. ``drafts[i] = d > 0`` marks a
+    speculative decode (core/spec_step.py): its ``1 + d`` new tokens are the last known token
+    and ``d`` draft tokens, scored at every position; ``is_decode[i]`` is then false. None when
+    no row speculates.
     """
 
     step: int
@@ -261,6 +264,7 @@ class Batch:
     max_running: int = 256
     hybrid_decode_heavy: bool = True
     gqa_group: int = 1
+    drafts: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.reqs)

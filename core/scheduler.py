@@ -11,6 +11,7 @@ from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
 from twinserve.core.records import StepRecord
 from twinserve.core.request import Req, ReqState
+from twinserve.core.spec_step import SpecDecoding
 
 _RUNNING = ReqState.RUNNING
 _WAITING = ReqState.WAITING
@@ -74,6 +75,7 @@ class Scheduler:
         self._dirty = False
         self._last_preempted = 0
         self.num_preemptions = 0
+        self.spec: SpecDecoding | None = None  # speculative decoding (core/spec_step.py); None: off
 
     # ---- queue -----------------------------------------------------------------------------
     def add(self, req: Req) -> None:
@@ -178,8 +180,17 @@ class Scheduler:
         decs: list[bool] = []
         nodes: list = []  # the decodes' cached prefixes, for the pages they read in common
         cached = 0
+        drafts: list[int] | None = None
         for r, n, dec in entries:
             s = r.num_computed
+            if dec and n > 1:  # a speculative decode: verify its n - 1 draft tokens
+                if drafts is None:
+                    drafts = [0] * len(starts)
+                self.spec.stage(r, n - 1)
+                drafts.append(n - 1)
+                dec = False
+            elif drafts is not None:
+                drafts.append(0)
             starts.append(s)
             news.append(n)
             decs.append(dec)
@@ -203,7 +214,7 @@ class Scheduler:
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
                      self.config.max_graph_bs, self.shared_context(nodes, cached),
                      self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running,
-                     self.config.hybrid_decode_heavy, self.config.gqa_group)
+                     self.config.hybrid_decode_heavy, self.config.gqa_group, drafts)
 
     def shared_context(self, nodes: Sequence[object], cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -239,7 +250,7 @@ class Scheduler:
                 i += 1
                 continue
             if dec:
-                n = 1
+                n = 1 if self.spec is None else 1 + self.spec.draft(r, budget)
             else:
                 n = self._prefill_chunk(rem, budget, bool(entries))
                 if n == 0:
@@ -322,8 +333,11 @@ class Scheduler:
         if admitted:
             self.waiting = [w for w in self.waiting if w.state is _WAITING]
 
-    def complete(self, batch: Batch, tokens: Sequence[int] | np.ndarray, now: float) -> list[Req]:
-        """Deliver a launched batch's sampled tokens; returns the requests released by this call."""
+    def complete(self, batch: Batch, tokens: Sequence[int] | np.ndarray, now: float,
+                 verified: Sequence[np.ndarray | None] | None = None) -> list[Req]:
+        """Deliver a launched batch's sampled tokens; returns the requests released by this call.
+        ``verified[i]``: the target's tokens at the ``1 + d`` positions of a speculative row
+        (``batch.drafts[i] = d > 0``; `SpecDecoding.accept` settles it)."""
         if len(tokens) != len(batch.reqs):
             raise ValueError(f"complete: {len(tokens)} tokens for a batch of {len(batch.reqs)}")
         self._inflight -= 1
@@ -334,9 +348,14 @@ class Scheduler:
         is_decode = batch.is_decode
         out_pos = batch.out_pos
         live = self._live
+        drafts = batch.drafts
         for i, r in enumerate(batch.reqs):
             r.inflight -= 1
-            if emits[i]:
+            if drafts is not None and drafts[i] and emits[i]:
+                r.pending -= 1
+                if r.state is _RUNNING:
+                    self.spec.accept(self, r, batch.starts[i], drafts[i], out_pos[i], verified[i], now)
+            elif emits[i]:
                 r.pending -= 1
                 pos = out_pos[i]
                 if (r.state is _RUNNING or r.state is _WAITING) and pos < r.num_tokens - r.prompt_len:
@@ -349,7 +368,7 @@ class Scheduler:
                         self._finish(r, "stop", pos + 1, now)
             if not is_decode[i] and r.state is _RUNNING:
                 # a prefill chunk's full pages become shareable as soon as their KV exists
-                self._cache_prefix(r, batch.starts[i] + batch.new_tokens[i])
+                self._cache_prefix(r, min(batch.starts[i] + batch.new_tokens[i], r.num_computed))
             if r.inflight == 0 and r.state is not _RUNNING and r.state is not _WAITING and r.rid in live:
                 self._release(r, insert=r.state is _FINISHED)
                 ended.append(r)

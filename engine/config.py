@@ -62,6 +62,11 @@ class EngineConfig:
     - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
       for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
       not to pay on the H200 host, engine/README.md).
+    - ``spec``: speculative decoding, a `core.spec.SpecConfig` or a mapping of its fields
+      (``method``: "none" or "ngram", prompt lookup; ``num_tokens``: k). Greedy requests verify
+      up to k proposed tokens per step in one forward; sampled ones decode plainly. It runs
+      without overlap scheduling (``overlap=None`` turns overlap off; ``True`` is refused) and
+      at ``tp_size`` 1.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).
     - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
@@ -108,6 +113,7 @@ class EngineConfig:
     tp_cuda_graphs: bool = False
     checked: bool = False
     cpu_chase: bool = False
+    spec: Any = field(default_factory=dict)
 
     def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True,
                          gqa_group: int = 1) -> SchedulerConfig:
@@ -153,6 +159,7 @@ def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any)
         memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
         scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},
         cache_kwargs=cfg["cache"].get("kwargs") or {}, seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
+        spec=dict(cfg.get("spec") or {}),
         **{k: backend[k] for k in RUN_BACKEND_KEYS if backend.get(k) is not None})
     kw.update(over)
     return EngineConfig(**kw)

@@ -22,6 +22,8 @@ import torch
 from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
+from twinserve.core.spec import SpecConfig
+from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.cpu_chase import CpuChaser
 from twinserve.engine.executor import RankExecutor, resolve_device
@@ -102,6 +104,14 @@ class Engine:
             self.sched_config, cfg.scheduling, cfg.memory, cfg.cache, cfg.scheduling_kwargs,
             cfg.memory_kwargs, cfg.cache_kwargs, eos_token_ids=self.eos_token_ids, checked=cfg.checked)
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
+        spec = SpecConfig.of(cfg.spec)
+        if spec.enabled:
+            if cfg.overlap:
+                raise ValueError("speculative decoding runs without overlap scheduling: leave overlap unset or False")
+            if cfg.tp_size > 1:
+                raise ValueError("speculative decoding runs at tp_size 1")
+            self.overlap = False
+            self.scheduler.spec = SpecDecoding(spec)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()
         self._t0 = time.perf_counter()
@@ -166,6 +176,8 @@ class Engine:
         outs, self._pending = self._pending, []
         if self.chaser is not None:
             self.chaser.tick()
+        if self.scheduler.spec is not None:  # a step's option tensors have one row per request
+            self.scheduler.spec.paused = bool(self.options)
         t = time.perf_counter()
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
@@ -275,6 +287,7 @@ class Engine:
             "num_pages": total,
             "steps": len(self.steps),
             "tp_size": self.cfg.tp_size,
+            **(self.scheduler.spec.stats() if self.scheduler.spec is not None else {}),
         }
 
     def shutdown(self) -> None:
@@ -336,7 +349,7 @@ class Engine:
         tw = time.perf_counter()
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
-        ended = self.scheduler.complete(fl.batch, tokens, t - self._t0)
+        ended = self.scheduler.complete(fl.batch, tokens, t - self._t0, fl.verified)
         if fl.logprobs is not None:
             rows = fl.inputs.emit_rows.tolist()
             self.options.record([fl.batch.reqs[i] for i in rows], [fl.batch.out_pos[i] for i in rows],

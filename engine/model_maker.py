@@ -1,10 +1,14 @@
-"""`twinserve-make-model`: write a random-weight HF checkpoint and tokenizer for a named shape.
+"""`twinserve-make-model`: write an HF checkpoint the engine loads: random weights and a tokenizer
+for a named shape, or a real model converted from a GGUF file.
 
     twinserve-make-model --shape tiny-llama --out /tmp/tiny [--seed 0] [--dtype float32]
+    twinserve-make-model --from-gguf smollm2-135m --out /tmp/smollm2     # a preset, or a .gguf path
 
 Writes config.json, generation_config.json, model.safetensors (or shards plus
-model.safetensors.index.json), tokenizer.json, tokenizer_config.json. Weights are generated and
-written shard by shard, so memory holds at most one shard. Works offline.
+model.safetensors.index.json), tokenizer.json, tokenizer_config.json. Random weights are
+generated and written shard by shard, so memory holds at most one shard. Works offline.
+``--from-gguf`` takes a GGUF file or a preset name (`engine.gguf_import.GGUF_PRESETS`) and
+writes its weights, tokenizer and chat template (`engine.gguf_import.convert_gguf`).
 """
 
 from __future__ import annotations
@@ -106,7 +110,10 @@ def make_model(shape: str | ModelShape, out: str | Path, seed: int = 0, dtype: s
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="twinserve-make-model", description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", required=True, choices=sorted(MODEL_SHAPES))
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--shape", choices=sorted(MODEL_SHAPES), help="random weights of a named shape")
+    src.add_argument("--from-gguf", metavar="FILE|PRESET",
+                     help="convert a GGUF file, or the one a preset's package ships (e.g. smollm2-135m)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -114,6 +121,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-weights", action="store_true",
                     help="config and tokenizer only (serve with load_format=dummy)")
     args = ap.parse_args(argv)
+    if args.from_gguf:
+        from twinserve.engine.gguf_import import convert_gguf
+
+        try:
+            out = convert_gguf(args.from_gguf, args.out, args.dtype)
+        except (FileNotFoundError, ImportError) as e:
+            ap.exit(2, f"twinserve-make-model: {e}\n")
+        print(f"wrote {args.from_gguf} to {out}")
+        return
     out = make_model(args.shape, args.out, args.seed, args.dtype, args.std, weights=not args.no_weights)
     print(f"wrote {args.shape} to {out}")
 

@@ -39,6 +39,7 @@ class InFlight:
     graph_tokens: int = 0  # the padded size of a token-graph step (0: none)
     logprobs: object = None  # the sampler's LogprobsOut of the step (engine.logits_processing), or None
     prompt_lp: object = None  # the step's prompt-position LogprobsOut (inputs.prompt_lp), or None
+    verified: list | None = None  # speculative steps: per batch row, its scored tokens (`finish`)
 
 
 def synchronize_event(evt: object) -> None:
@@ -115,7 +116,11 @@ class ModelRunner:
         the next step's placeholders."""
         inp = build_step_inputs(batch, self.pool.page_size, self.pool.scratch_page, self._prev_rows,
                                 pad_to=self._graph_size(batch))
-        self._prev_rows = {batch.reqs[r].rid: j for j, r in enumerate(inp.emit_rows.tolist())}
+        if inp.logit_counts is None:
+            self._prev_rows = {batch.reqs[r].rid: j for j, r in enumerate(inp.emit_rows.tolist())}
+        else:  # speculative rows: a row's last logits row samples its newest token
+            self._prev_rows = dict(zip((batch.reqs[r].rid for r in inp.emit_rows.tolist()),
+                                       (np.cumsum(inp.logit_counts) - 1).tolist()))
         return inp
 
     @torch.inference_mode()
@@ -222,5 +227,13 @@ class ModelRunner:
             duration = time.perf_counter() - fl.t_begin
         out = np.full(fl.inputs.num_rows, -1, dtype=np.int64)
         if fl.tokens_host is not None:
-            out[fl.inputs.emit_rows] = fl.tokens_host.numpy()
+            toks = fl.tokens_host.numpy()
+            counts = fl.inputs.logit_counts
+            if counts is not None:  # speculative rows: every row's scored tokens, its last in out
+                ends = np.cumsum(counts)
+                fl.verified = [None] * fl.inputs.num_rows
+                for r, v in zip(fl.inputs.emit_rows.tolist(), np.split(toks.astype(np.int64), ends[:-1])):
+                    fl.verified[r] = v
+                toks = toks[ends - 1]
+            out[fl.inputs.emit_rows] = toks
         return out, duration

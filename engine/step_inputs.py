@@ -27,8 +27,11 @@ class StepInputs:
     CUDA-graph size the step replays (0: eager). ``forced`` = (positions among the sampled
     rows, token ids) replaces sampled tokens by given ones (requests carrying an
     ``output_hint``: a replayed trace's answers). ``prompt_lp``: which prompt positions' logprobs
-    to compute (`PromptLogprobsSpec`), None for none. The object references no `Req`, so it fully
-    describes a step to a tensor-parallel rank that holds no scheduler.
+    to compute (`PromptLogprobsSpec`), None for none. ``logit_counts`` (None unless a row
+    speculates, `Batch.drafts`): how many consecutive logits rows, ending at its last token,
+    each emitting row scores (1 + its draft's length), so that ``num_emit`` counts logits rows.
+    The object references no `Req`, so it fully describes a step to a tensor-parallel rank that
+    holds no scheduler.
     """
 
     packed: torch.Tensor
@@ -43,6 +46,7 @@ class StepInputs:
     graph_bs: int = 0
     forced: tuple[np.ndarray, np.ndarray] | None = None
     prompt_lp: object = None  # a PromptLogprobsSpec (engine.logits_processing) when a request wants them
+    logit_counts: np.ndarray | None = None
 
     def views(self, dev_packed: torch.Tensor) -> dict[str, torch.Tensor]:
         t, e, p = self.num_padded, self.num_emit, self.num_ph
@@ -95,6 +99,11 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
     emit_rows = np.nonzero(emits)[0]
     logits_idx = qo_indptr[1:][emit_rows] - 1
 
+    counts = None
+    if batch.drafts is not None and emit_rows.size:
+        counts = np.asarray(batch.drafts, dtype=np.int64)[emit_rows] + 1
+        logits_idx = np.repeat(logits_idx - counts + 1, counts) + _ranges(counts)
+
     ph_idx = np.nonzero(ids == PLACEHOLDER)[0]
     if ph_idx.size:
         tok_rows = np.searchsorted(qo_indptr, ph_idx, side="right") - 1
@@ -125,13 +134,34 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
         last_page_len=last_page_len.astype(np.int32), decode_only=batch.decode_only)
     sampling = None
     forced = None
-    if emit_rows.size:
+    if emit_rows.size and counts is not None:
+        sampling, forced = _spec_sampling(reqs, batch.out_pos, emit_rows, counts)
+    elif emit_rows.size:
         sampling = SamplingBatch.from_params([reqs[i].params for i in emit_rows.tolist()],
                                              [batch.out_pos[i] for i in emit_rows.tolist()])
         forced = _forced(reqs, batch.out_pos, emit_rows)
-    return StepInputs(packed=packed, num_tokens=t, num_padded=tp, num_emit=int(emit_rows.size),
+    return StepInputs(packed=packed, num_tokens=t, num_padded=tp, num_emit=int(logits_idx.size),
                       num_ph=int(ph_idx.size), emit_rows=emit_rows, attn=attn, sampling=sampling,
-                      num_rows=b, graph_bs=pad_to, forced=forced)
+                      num_rows=b, graph_bs=pad_to, forced=forced, logit_counts=counts)
+
+
+def _ranges(counts: np.ndarray) -> np.ndarray:
+    """``[0..c0-1, 0..c1-1, ...]`` for the counts ``c``."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts, counts)
+
+
+def _spec_sampling(reqs, out_pos, emit_rows: np.ndarray, counts: np.ndarray
+                   ) -> tuple[SamplingBatch, tuple[np.ndarray, np.ndarray] | None]:
+    """Sampling rows and forced tokens of a step whose emitting rows score ``counts`` logits
+    rows each: a row's j-th logits row samples its output ``out_pos - counts + 1 + j``."""
+    rows = np.repeat(emit_rows, counts)
+    pos = np.repeat(np.asarray(out_pos, dtype=np.int64)[emit_rows] - counts + 1, counts) + _ranges(counts)
+    sampling = SamplingBatch.from_params([reqs[i].params for i in rows.tolist()], pos.tolist())
+    forced = _forced(reqs, out_pos, emit_rows)
+    if forced is not None:  # a plain row's one logits row is its last
+        forced = ((np.cumsum(counts) - 1)[forced[0]], forced[1])
+    return sampling, forced
 
 
 def _forced(reqs, out_pos, emit_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -19,7 +19,9 @@ _PHASE_BUCKETS = (0.0, *_LATENCY_BUCKETS, 320.0, 640.0, 1280.0, 2560.0)
 # engine stats key -> counter attribute; the engine reports running totals
 ENGINE_COUNTERS = {"num_preemptions": "preemptions",
                    "prefix_cache_queried_tokens": "prefix_queries",
-                   "prefix_cache_hit_tokens": "prefix_hits"}
+                   "prefix_cache_hit_tokens": "prefix_hits",
+                   "spec_decode_num_draft_tokens": "spec_draft",
+                   "spec_decode_num_accepted_tokens": "spec_accepted"}
 
 
 def engine_gauges(stats: dict[str, Any]) -> dict[str, float]:
@@ -93,6 +95,9 @@ class ServerMetrics:
         self.prefix_queries = counter("twinserve_prefix_cache_queries",
                                       "Prompt tokens looked up in the prefix cache")
         self.prefix_hits = counter("twinserve_prefix_cache_hits", "Prompt tokens found in the prefix cache")
+        self.spec_draft = counter("twinserve_spec_decode_num_draft_tokens", "Tokens proposed by speculative decoding")
+        self.spec_accepted = counter("twinserve_spec_decode_num_accepted_tokens",
+                                     "Proposed tokens the target model accepted")
         self.finished = family("twinserve_request_success", "Finished requests", "finish_reason")
         self.rejected = family("twinserve_request_rejected", "Requests the pipeline answered with an error",
                                "status")

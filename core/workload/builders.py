@@ -15,6 +15,7 @@ from typing import Any
 from twinserve.core.registry import Registry
 from twinserve.core.workload import generators as gen
 from twinserve.core.workload import loaders
+from twinserve.core.workload import text
 from twinserve.core.workload.workload import Workload
 
 WORKLOADS: Registry[Workload] = Registry("workload")
@@ -160,6 +161,43 @@ def sessions(num_requests: int | None = None, duration_s: float | None = None,
     arrival falls outside are dropped, so a session can end early)."""
     w = gen.sessions(rate=0.5 if rate is None else rate, seed=seed, **kwargs)
     return shape(w, num_requests, duration_s, time_scale, None)
+
+
+def _need_tokenizer(tokenizer: str | None, name: str) -> str:
+    if not tokenizer:
+        raise ValueError(f"workload '{name}' needs tokenizer=DIR (a model directory with tokenizer files; "
+                         "in a run config workload.tokenizer defaults to model.path)")
+    return str(tokenizer)
+
+
+@WORKLOADS.register("code_edit")
+def code_edit(tokenizer: str | None = None, num_requests: int | None = None, duration_s: float | None = None,
+              time_scale: float | None = None, rate: float | None = None, seed: int = 0,
+              arrival: str = "poisson", arrival_kwargs: dict[str, Any] | None = None,
+              **kwargs: Any) -> Workload:
+    """Real text: a standard-library function and a request for it with one small change,
+    tokenized by ``tokenizer`` (a model directory) through its chat template; arrivals from
+    ``arrival`` at ``rate`` (default 1); ``kwargs`` go to `text.code_edit_workload`."""
+    r = 1.0 if rate is None else rate
+    w = text.code_edit_workload(_need_tokenizer(tokenizer, "code_edit"),
+                                _generated_count(num_requests, duration_s, r), r, seed, arrival,
+                                arrival_kwargs, **kwargs)
+    return shape(w, None, duration_s, time_scale, None)
+
+
+@WORKLOADS.register("questions")
+def questions(tokenizer: str | None = None, num_requests: int | None = None, duration_s: float | None = None,
+              time_scale: float | None = None, rate: float | None = None, seed: int = 0,
+              arrival: str = "poisson", arrival_kwargs: dict[str, Any] | None = None,
+              **kwargs: Any) -> Workload:
+    """Real text: short questions, tokenized by ``tokenizer`` (a model directory) through its
+    chat template; arrivals from ``arrival`` at ``rate`` (default 1); ``kwargs`` go to
+    `text.questions_workload` (``output_len``)."""
+    r = 1.0 if rate is None else rate
+    w = text.questions_workload(_need_tokenizer(tokenizer, "questions"),
+                                _generated_count(num_requests, duration_s, r), r, seed, arrival,
+                                arrival_kwargs, **kwargs)
+    return shape(w, None, duration_s, time_scale, None)
 
 
 def build(name: str, **kwargs: Any) -> Workload:

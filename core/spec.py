@@ -1,0 +1,108 @@
+"""Speculative decoding's backend-free parts: its config, draft proposers (`PROPOSERS`) and
+greedy acceptance.
+
+A proposer looks at one request's known tokens (prompt and outputs so far) and proposes up to
+``k`` tokens that may come next; the target model then scores the last known token and the
+proposed ones in one forward of ``1 + len(draft)`` positions, and `accept_greedy` keeps the
+longest prefix of the draft that the target's own greedy choices agree with, plus the target's
+next token after it: every verify step emits between 1 and ``len(draft) + 1`` tokens, exactly
+the ones greedy decoding without speculation would have emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+from twinserve.core.registry import Registry
+
+SPEC_METHODS = ("none", "ngram")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """``method``: "none" or a `PROPOSERS` name; ``num_tokens``: k, the most tokens proposed per
+    request and step (>= 1 when a method is set); ``ngram_min`` / ``ngram_max``: the n-gram
+    lengths prompt lookup tries, longest first."""
+
+    method: str = "none"
+    num_tokens: int = 0
+    ngram_min: int = 1
+    ngram_max: int = 4
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none" and self.num_tokens > 0
+
+    def validate(self) -> None:
+        if self.method != "none" and self.method not in PROPOSERS:
+            raise ValueError(f"unknown spec.method '{self.method}'; known: none, {', '.join(PROPOSERS.names())}")
+        if self.method != "none" and self.num_tokens < 1:
+            raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
+
+    def proposer(self) -> "Proposer":
+        return PROPOSERS.create(self.method, cfg=self)
+
+    @classmethod
+    def of(cls, value: "SpecConfig | Mapping[str, Any] | None") -> "SpecConfig":
+        """A SpecConfig from itself, a mapping of its fields (a run config's ``spec`` node) or
+        None (off); validated. ValueError names unknown keys."""
+        if isinstance(value, SpecConfig):
+            cfg = value
+        else:
+            values = dict(value or {})
+            unknown = set(values) - {f.name for f in fields(cls)}
+            if unknown:
+                raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+            cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+
+class Proposer(Protocol):
+    """``propose(tokens, k)``: up to ``k`` ids likely to follow ``tokens`` (int array, maybe empty)."""
+
+    def propose(self, tokens: np.ndarray, k: int) -> np.ndarray: ...
+
+
+PROPOSERS: Registry[Proposer] = Registry("speculative proposer")
+
+
+@PROPOSERS.register("ngram")
+class NgramProposer:
+    """Prompt lookup: for n from ``ngram_max`` down to ``ngram_min``, find the latest earlier
+    place where the last n tokens occurred, and propose the (up to) ``k`` tokens that followed
+    it. No match for any n: an empty proposal. Pure function of ``tokens``."""
+
+    def __init__(self, cfg: SpecConfig | None = None, ngram_min: int = 1, ngram_max: int = 4) -> None:
+        self.min_n = cfg.ngram_min if cfg is not None else ngram_min
+        self.max_n = cfg.ngram_max if cfg is not None else ngram_max
+
+    def propose(self, tokens: np.ndarray, k: int) -> np.ndarray:
+        toks = np.asarray(tokens)
+        size = toks.size
+        for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
+            # windows starting at 0 .. size-n-1: every occurrence but the suffix itself
+            win = np.lib.stride_tricks.sliding_window_view(toks[:size - 1], n)
+            hits = np.flatnonzero((win == toks[size - n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return toks[start:start + k].copy()
+        return toks[:0].copy()
+
+
+def accept_greedy(draft: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The tokens a verify step emits: ``target`` holds the target model's greedy token at each
+    of the ``len(draft) + 1`` positions (after the last known token, then after each draft
+    token); the result is ``target[:a + 1]`` where ``a`` drafts match ``target`` from the start."""
+    d = np.asarray(draft)
+    t = np.asarray(target)
+    if t.size != d.size + 1:
+        raise ValueError(f"accept_greedy: {t.size} target tokens for a draft of {d.size}")
+    miss = np.flatnonzero(d != t[:d.size])
+    a = int(miss[0]) if miss.size else d.size
+    return t[:a + 1]

@@ -1,0 +1,126 @@
+"""`SpecDecoding`: the scheduler's side of speculative decoding (drafts in, accepted tokens out).
+
+The `Scheduler` calls it at three points of a step:
+
+- ``draft(r, budget)`` while forming the batch, for a decode of ``r``: proposes up to ``k``
+  tokens (fewer when the token budget, ``max_tokens`` or the proposer allow less; none for a
+  sampled request, whose exact acceptance needs rejection sampling, or for one replaying a
+  recorded answer). The row then computes ``1 + d`` tokens, counted against the budget, and
+  its pages for all of them are taken before the step.
+- ``stage(r, d)`` when the batch is launched: the ``d`` draft tokens join the request's token
+  buffer as if known, so the row's input ids are ``[last token, draft...]`` and its one
+  placeholder output sits after them.
+- ``accept(sched, r, start, d, out_pos, target, now)`` when the step completes, with the
+  target's greedy token at each of the row's ``1 + d`` positions: keeps the agreeing prefix
+  of the draft and the target's token after it (`accept_greedy`), applies the stop rules token
+  by token, rolls ``num_computed`` back to the accepted tokens and gives the pages beyond them
+  back to the allocator.
+
+Counters (``num_drafts`` verify rows, ``num_draft_tokens`` proposed, ``num_accepted_tokens``,
+``accepted_per_pos[j]``: drafts whose position j was accepted) follow vLLM's names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from twinserve.core.request import Req
+from twinserve.core.spec import SpecConfig, accept_greedy
+
+if TYPE_CHECKING:
+    from twinserve.core.scheduler import Scheduler
+
+
+class SpecDecoding:
+    """Draft bookkeeping of one scheduler. Invariant: a staged draft's tokens lie in its
+    request's buffer only between the launch and the completion of its verify step (batches
+    are completed before the next is scheduled: no overlap scheduling with speculation)."""
+
+    def __init__(self, cfg: SpecConfig) -> None:
+        cfg.validate()
+        if not cfg.enabled:
+            raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
+        self.cfg = cfg
+        self.k = cfg.num_tokens
+        self.proposer = cfg.proposer()
+        self._drafts: dict[int, np.ndarray] = {}
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.accepted_per_pos = np.zeros(self.k, dtype=np.int64)
+        self.paused = False  # set by the engine while a live request uses sampling options
+
+    def draft(self, r: Req, budget: int) -> int:
+        """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own
+        token included); returns how many tokens the draft has (0: a plain decode). Only greedy
+        requests without options beyond the plain sampling fields speculate, and none while
+        ``paused``."""
+        p = r.params
+        room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
+        if room < 1 or self.paused or not p.greedy or p.has_extras or r.output_hint is not None:
+            return 0
+        d = self.proposer.propose(r.tokens[: r.num_tokens], room)
+        if d.size:
+            self._drafts[r.rid] = d.astype(np.int32)
+        else:
+            self._drafts.pop(r.rid, None)
+        return int(d.size)
+
+    def stage(self, r: Req, d: int) -> None:
+        """Append ``r``'s ``d``-token draft (from ``draft``) to its token buffer."""
+        toks = self._drafts.pop(r.rid)
+        if toks.size != d:
+            raise RuntimeError(f"request {r.rid}: a draft of {toks.size} tokens staged as {d}")
+        r.append_tokens(toks, d)
+
+    def accept(self, sched: "Scheduler", r: Req, start: int, d: int, out_pos: int, target: np.ndarray,
+               now: float) -> None:
+        """Settle the verify row of ``r`` (computed from ``start``, with a ``d``-token draft
+        whose placeholder output is ``out_pos``) given the target's ``1 + d`` greedy tokens."""
+        base = out_pos - d  # output index of the token sampled after the last known one
+        draft = r.tokens[start + 1 : start + 1 + d]
+        kept = accept_greedy(draft, target)
+        a = kept.size - 1
+        self.num_drafts += 1
+        self.num_draft_tokens += d
+        self.num_accepted_tokens += a
+        self.accepted_per_pos[:a] += 1
+        p = r.params
+        eos = sched.eos
+        n_out = base + kept.size
+        finished = None
+        for j, tok in enumerate(kept.tolist()):
+            pos = base + j
+            r.set_output(pos, tok, now)
+            if pos + 1 >= p.max_tokens:
+                finished, n_out = "length", pos + 1
+                break
+            if (tok in eos and not p.ignore_eos) or tok in p.stop_token_ids:
+                finished, n_out = "stop", pos + 1
+                break
+        r.truncate_outputs(n_out)
+        # KV is valid for the last known token and the accepted drafts only
+        r.num_computed = min(start + 1 + a, r.num_tokens)
+        if finished is not None:
+            sched._finish(r, finished, n_out, now)
+            return
+        ps = sched.config.page_size
+        keep = max(-(-r.num_computed // ps), r.num_cache_pages)
+        if len(r.pages) > keep:
+            sched.allocator.free(r.pages[keep:])
+            del r.pages[keep:]
+
+    def stats(self) -> dict[str, float]:
+        """Totals so far, with the mean accepted length per verify row (accepted drafts + 1)."""
+        n = self.num_drafts
+        out: dict[str, float] = {
+            "spec_decode_num_drafts": n,
+            "spec_decode_num_draft_tokens": self.num_draft_tokens,
+            "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
+            "spec_decode_mean_accepted_length": (self.num_accepted_tokens + n) / n if n else 0.0,
+        }
+        for j, c in enumerate(self.accepted_per_pos.tolist()):
+            out[f"spec_decode_num_accepted_tokens_pos{j}"] = c
+        return out
