@@ -19,7 +19,7 @@ timeout 1500 python3 -m pytest -q -s -rs tests/engine/test_engine_options_gpu.py
 echo "tests rc=$?" >> "$SUM"
 grep -E "passed|failed|error|logprobs: max" "$OUT_DIR/tests.log" | tail -20 >> "$SUM"
 if [ -d "$MODEL" ]; then
-  timeout 1500 python3 -m twinserve.server.bench_overhead --model "$MODEL" --device cuda --prompt-len 512 \
+  timeout 1500 python3 -m twinserve.bench.http_overhead --model "$MODEL" --device cuda --prompt-len 512 \
     --output-len 128 --num-requests 200 --saturate-requests 256 --repeats 2 \
     --out "$OUT_DIR/bench_overhead.json" > "$OUT_DIR/bench_overhead.log" 2>&1
   echo "bench_overhead rc=$?" >> "$SUM"

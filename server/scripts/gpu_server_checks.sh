@@ -5,7 +5,7 @@
 #   server/scripts/gpu_server_checks.sh OUTDIR [STAGE ...]     stages: checks overhead (default both)
 # checks: `python -m twinserve.server.hostile_check` (bad text, API key, body limit, the 10 MB
 # prompt's latency and tokenizer-memory bars, metrics, SIGSTOP stall) -> OUTDIR/checks.json;
-# overhead: `python -m twinserve.server.bench_overhead` with the README's settings -> OUTDIR/overhead.json.
+# overhead: `python -m twinserve.bench.http_overhead` with the README's settings -> OUTDIR/overhead.json.
 # Each stage fits in one 10-minute device call. OUTDIR/all.log has the full output.
 set -u
 OUT_DIR=${1:?usage: gpu_server_checks.sh OUTDIR [checks] [overhead]}
@@ -25,7 +25,7 @@ for stage in $STAGES; do
         --max-model-len 4096 --engine-kwargs '{"load_format": "dummy"}' --out "$OUT_DIR/checks.json" 2>&1 \
         | tee -a "$LOG" | grep -E "^(bad_text|auth|body_limit|huge_prompt|metrics|stall):" ;;
     overhead)
-      timeout 540 python3 -m twinserve.server.bench_overhead --model $MODEL --device cuda --load-format dummy \
+      timeout 540 python3 -m twinserve.bench.http_overhead --model $MODEL --device cuda --load-format dummy \
         --prompt-len 512 --output-len 128 --num-requests 200 --saturate-requests 256 --repeats 2 \
         --out "$OUT_DIR/overhead.json" 2>&1 | tee -a "$LOG" | grep -E "delta|targets|saturate|moderate" ;;
     *) echo "unknown stage $stage" ;;
