@@ -142,14 +142,17 @@ class _Suite:
                                                 for s in stats for c in ("launch_s", "duration")}, **chase)
 
     def profile(self, eng: Any) -> None:
-        """Grid for half the profile budget, then calibration replays of other windows at
-        ``calib_rate``; the rows are kept for `save_profile` (after any `load_replays`)."""
+        """Grid for half the profile seconds (or ``profile_cases`` cases, with no clock), then
+        calibration replays of other windows at ``calib_rate`` over the other half in trace
+        seconds; the rows are kept for `save_profile` (after any `load_replays`)."""
         from twinserve.engine.profiler import ProfileGrid, profile_engine
 
         a = self.args
         cuda = eng.device.type == "cuda"
         grid = ProfileGrid() if cuda else ProfileGrid.tiny()
-        res = profile_engine(eng, grid, a.profile_s * 0.5, None, warmup=False, progress=a.progress)
+        wall = None if a.profile_cases is not None else a.profile_s * 0.5
+        res = profile_engine(eng, grid, wall, None, warmup=False, progress=a.progress,
+                             max_cases=a.profile_cases)
         self.profile_frames.append(res.steps)
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
         self.host_probe(eng, "profile_grid")
@@ -270,8 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("engine", help="engine side: profile, capacity, runs at each load")
     e.add_argument("--model", required=True)
     e.add_argument("--out", required=True)
-    e.add_argument("--budget-s", type=float, default=540.0)
-    e.add_argument("--profile-s", type=float, default=120.0, help="0 = no calibration profile")
+    e.add_argument("--budget-s", type=float, default=540.0,
+                   help="wall-clock seconds; runs that no longer fit are skipped (inf: no limit, the "
+                        "work is then bounded by --only, --profile-cases and the trace seconds)")
+    e.add_argument("--profile-s", type=float, default=120.0,
+                   help="0 = no calibration profile; else half of it is the grid's wall-clock time "
+                        "and half the calibration replays' trace seconds")
+    e.add_argument("--profile-cases", type=int, default=None,
+                   help="run this many grid cases instead of half of --profile-s (a count bound)")
     e.add_argument("--calib-rate", type=float, default=20.0, help="req/s of the calibration replays")
     e.add_argument("--calib-loads", type=float, nargs="*", default=(), metavar="LOAD",
                    help="also replay each workload's calibration window at these fractions of its "
