@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 
 from twinserve.core.metrics import format_summary, summarize
 from twinserve.experiments.backends import BACKENDS, BackendResult, RunContext
-from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain
+from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain, scheduler_config
+from twinserve.core.config_checks import check_kv_fits, check_tp, no_request_ran
+from twinserve.experiments.checks import check_config
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -88,11 +90,16 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     """
     t0 = time.perf_counter()
     cfg = plain(cfg_node)
+    check_config(cfg)
     out = Path(out_dir)
     shape = model_shape(cfg["model"])
+    check_tp(int(cfg.get("tp", 1)), shape)
     hw = hardware_spec(cfg["hardware"])
     ctx = RunContext(cfg, shape, hw, out, _progress(cfg.get("progress")))
     workload = build_workload(cfg["workload"], shape.vocab_size)
+    if (cfg.get("kv") or {}).get("num_pages"):
+        sc = scheduler_config(cfg, shape, hw)
+        check_kv_fits(sc.num_pages, sc.page_size, workload.prompt_lens, workload.output_lens)
     max_len = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
     over = workload.over_long(max_len)
     if over:
@@ -100,6 +107,7 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
               f"(not trimmed); first ids: {over[:10]}", file=sys.stderr)
     backend = backend if backend is not None else BACKENDS.create(str(cfg["backend"]["name"]))
     result = backend.run(ctx, workload)
+    no_request_ran(len(workload), result.rejected)
     slo = cfg.get("slo") or {}
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
