@@ -1,10 +1,12 @@
 """How the console scripts report a `UserError`: its message on stderr, exit status 2, no
-traceback, unless ``--debug`` is on the command line or ``TWINSERVE_DEBUG=1`` is set."""
+traceback, unless ``--debug`` is on the command line or ``TWINSERVE_DEBUG=1`` is set; and
+warnings as one line each (`plain_warnings`)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -35,3 +37,13 @@ def report_user_errors(prog: str, debug: bool, fn: Callable[[], T]) -> T:
         print(f"{prog}: error: {e}", file=sys.stderr)
         print(f"({DEBUG_FLAG} or {DEBUG_ENV}=1 shows the traceback)", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
+
+
+def _one_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
+    return f"[twinserve] {category.__name__}: {message}\n"
+
+
+def plain_warnings() -> None:
+    """Print warnings as ``[twinserve] Category: message`` (no source line); for console
+    scripts only, as it sets the process's `warnings.formatwarning`."""
+    warnings.formatwarning = _one_line

@@ -10,7 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from twinserve.core.cli_errors import DEBUG_ENV, report_user_errors, take_debug_flag
+from twinserve.core.cli_errors import DEBUG_ENV, plain_warnings, report_user_errors, take_debug_flag
 from twinserve.experiments.cli_help import help_text
 from twinserve.experiments.run import run_experiment
 
@@ -32,6 +32,7 @@ def main() -> None:
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         print(help_text(Path(CONF_DIR)))
         return
+    plain_warnings()
     if take_debug_flag(sys.argv):
         os.environ[DEBUG_ENV] = "1"          # read inside the job, and by joblib's workers
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's own traceback, unabridged

@@ -86,10 +86,22 @@ def requests_per_rate(w: SuiteWorkload, base: Sequence[str], window_s: float) ->
     return len(wl) / window_s / probe
 
 
-def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float) -> list[str]:
-    """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s``."""
-    rate = req_rate / requests_per_rate(w, base, duration_s)
-    return [*base, *w.overrides, f"workload.rate={rate:.6g}", f"workload.duration_s={duration_s:g}"]
+def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float,
+                   requests: int | None = None) -> list[str]:
+    """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s`` trace
+    seconds, or, with ``requests``, of its first ``requests`` requests at that rate (a count
+    that does not depend on the measured capacity)."""
+    return [*base, *w.overrides, *_rate_overrides(w, base, req_rate, duration_s, requests)]
+
+
+def _rate_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float,
+                    requests: int | None) -> list[str]:
+    """``workload.rate`` for ``req_rate`` requests/s, and the trace seconds or request count."""
+    window = duration_s if requests is None else requests / req_rate
+    rate = f"workload.rate={req_rate / requests_per_rate(w, base, window):.6g}"
+    if requests is None:
+        return [rate, f"workload.duration_s={duration_s:g}"]
+    return [rate, f"workload.num_requests={requests}"]
 
 
 # ---- engine side (GPU host) ----------------------------------------------------------------
@@ -162,14 +174,14 @@ class _Suite:
         self.save_profile()
 
     def calib_replay(self, eng: Any, w: SuiteWorkload, req_rate: float, duration_s: float,
-                     load: float | None = None) -> None:
+                     load: float | None = None, requests: int | None = None) -> None:
         """Replay ``w``'s calibration window (never a measured one) at ``req_rate`` for
-        ``duration_s`` and keep its steps (``phase="replay"``; ``calib_req_s``, and
-        ``calib_load`` when the rate is a fraction of the measured capacity)."""
+        ``duration_s`` trace seconds (or its first ``requests`` requests) and keep its steps
+        (``phase="replay"``; ``calib_req_s``, and ``calib_load`` when the rate is a fraction of
+        the measured capacity)."""
         from twinserve.engine.replay import replay_workload
 
-        wl = _build([*self.base, *w.calib, f"workload.rate={req_rate / requests_per_rate(w, self.base, duration_s):.6g}",
-                     f"workload.duration_s={duration_s:g}"])
+        wl = _build([*self.base, *w.calib, *_rate_overrides(w, self.base, req_rate, duration_s, requests)])
         _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
         rows = pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1, "workload": w.name,
                               "calib_req_s": float(req_rate),
@@ -187,7 +199,8 @@ class _Suite:
         for load in self.args.calib_loads:
             for w in SUITE:
                 if w.name in caps:
-                    self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load)
+                    self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load,
+                                      requests=self.args.calib_load_requests)
 
     def save_profile(self) -> None:
         """Write every profile row so far to ``profile_steps.parquet`` (again after each part)."""
@@ -212,7 +225,7 @@ class _Suite:
         from twinserve.experiments.run import run_experiment
 
         name = f"{w.name}_{round(load * 100)}"
-        ov = load_overrides(w, self.base, load * cap, self.args.duration_s)
+        ov = load_overrides(w, self.base, load * cap, self.args.duration_s, self.args.run_requests)
         d = self.out / name
         s = run_experiment(compose(ov), d, backend=EngineBackend(eng))
         (d / "overrides.json").write_text(json.dumps({"overrides": ov, "load": load, "capacity_req_s": cap,
@@ -287,7 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "measured capacity (after the capacity runs), for the steps of a loaded server")
     e.add_argument("--calib-load-s", type=float, default=10.0,
                    help="trace seconds of each --calib-loads replay")
+    e.add_argument("--calib-load-requests", type=int, default=None,
+                   help="replay this many requests per --calib-loads replay instead of --calib-load-s")
     e.add_argument("--duration-s", type=float, default=15.0, help="trace seconds per measured run")
+    e.add_argument("--run-requests", type=int, default=None,
+                   help="run this many requests per measured run instead of --duration-s (a count "
+                        "that does not depend on the measured capacity)")
     e.add_argument("--cap-requests", type=int, default=200, help="requests sent at once to measure capacity")
     e.add_argument("--only", nargs="+", default=(), metavar="RUN",
                    help="run just these (e.g. sessions_90 shared_prefix_90)")

@@ -14,6 +14,8 @@ $pip install -e ".[engine,server,dev]"
 {
   echo "# Every package of the CPU test install, pinned to the versions CI tested."
   echo "# Regenerate: bash experiments/scripts/refresh_constraints.sh ($("$tmp/venv/bin/python" -V 2>&1))"
-  $pip freeze --exclude-editable | sort -f
+  # local version labels dropped (torch==2.13.0, not 2.13.0+cpu): the pin then also admits the
+  # build that another index serves under the same version
+  $pip freeze --exclude-editable | sed 's/+[A-Za-z0-9.]*$//' | sort -f
 } > constraints.txt
 echo "wrote constraints.txt ($(grep -vc '^#' constraints.txt) packages)"
