@@ -128,3 +128,18 @@ def no_request_ran(num_requests: int, rejected: list[tuple[int, str]]) -> None:
         raise UserError(f"every one of the {num_requests} requests was refused, so nothing ran; the "
                         f"first: {rejected[0][1]} (check kv.num_pages, model.max_model_len and the "
                         f"scheduler's token budget)")
+
+
+def check_group_options(overrides: Sequence[str], conf_dir: str | Path) -> None:
+    """Each ``group=option`` override names an option file of that config group (the shared
+    fragments, named ``_*``, are not options); a sweep's ``a,b`` lists are checked one by one."""
+    conf = Path(conf_dir)
+    for o in overrides:
+        key, eq, value = o.lstrip("+~").partition("=")
+        group = conf / key
+        if not eq or "." in key or key.startswith("hydra") or not group.is_dir():
+            continue
+        options = sorted(p.stem for p in group.glob("*.yaml") if not p.stem.startswith("_"))
+        for v in value.split(","):
+            if v and v != "null" and v not in options:
+                raise UnknownNameError(f"{key} option", v, options, key)

@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from twinserve.core.cli_errors import DEBUG_ENV, plain_warnings, report_user_errors, take_debug_flag
+from twinserve.core.config_checks import check_group_options
 from twinserve.experiments.cli_help import help_text
 from twinserve.experiments.run import run_experiment
 
@@ -33,9 +34,11 @@ def main() -> None:
         print(help_text(Path(CONF_DIR)))
         return
     plain_warnings()
-    if take_debug_flag(sys.argv):
+    debug = take_debug_flag(sys.argv)
+    if debug:
         os.environ[DEBUG_ENV] = "1"          # read inside the job, and by joblib's workers
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's own traceback, unabridged
+    report_user_errors(PROG, debug, lambda: check_group_options(sys.argv[1:], CONF_DIR))
     _app()
 
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import fields
 from typing import Any, Mapping
 
-from twinserve.core.config_checks import (NamedKey, check_mandatory, check_model, check_names, check_tp,
+from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
 from twinserve.core.errors import UserError
 from twinserve.server.config import ServerConfig
@@ -117,6 +117,7 @@ def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
     from hydra import compose, initialize_config_dir
 
     hydra_ov, server_ov = split_overrides(overrides)
+    check_group_options(hydra_ov, conf_dir())
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
         cfg = _plain(compose(config_name="config", overrides=hydra_ov))
     check_served(cfg)
