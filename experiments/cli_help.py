@@ -23,9 +23,10 @@ _KEY = re.compile(r"^([A-Za-z_][\w]*):\s*([^#]*?)\s*(?:#\s*(.*))?$")
 
 def _first_comment(path: Path) -> str:
     for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-        if line.strip():
+        text = line.lstrip("# ").strip()
+        if line.startswith("#") and not text.startswith("@"):  # not a `# @package` directive
+            return text
+        if line.strip() and not line.startswith("#"):
             break
     return ""
 
@@ -39,7 +40,7 @@ def group_lines(conf: Path) -> list[str]:
         for opt in sorted(group.glob("*.yaml")):
             if opt.stem.startswith("_"):
                 continue
-            lines.append(f"  {group.name}={opt.stem:<16} {_first_comment(opt)}".rstrip())
+            lines.append(f"  {group.name + '=' + opt.stem:<26} {_first_comment(opt)}".rstrip())
     return lines
 
 
@@ -49,7 +50,7 @@ def key_lines(config_yaml: Path) -> list[str]:
     for line in config_yaml.read_text().splitlines():
         m = _KEY.match(line)
         if m and m.group(2) and m.group(1) not in ("defaults", "hydra"):
-            out.append(f"  {m.group(1)}={m.group(2):<14} {m.group(3) or ''}".rstrip())
+            out.append(f"  {m.group(1) + '=' + m.group(2):<26} {m.group(3) or ''}".rstrip())
     return out
 
 
