@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from twinserve.core.errors import UnknownNameError
+
 # HF `architectures` entry and `model_type` for each family we build.
 _HF_NAMES = {
     "llama": ("LlamaForCausalLM", "llama"),
@@ -151,4 +153,4 @@ def get_shape(name: str) -> ModelShape:
     try:
         return MODEL_SHAPES[name]
     except KeyError:
-        raise KeyError(f"unknown model shape '{name}'; known: {', '.join(sorted(MODEL_SHAPES))}") from None
+        raise UnknownNameError("model shape", name, MODEL_SHAPES) from None

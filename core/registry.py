@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Generic, TypeVar
 
+from twinserve.core.errors import UnknownNameError
+
 T = TypeVar("T")
 
 
@@ -13,7 +15,8 @@ class Registry(Generic[T]):
 
     Contract: ``register(name)`` is a decorator that adds a factory and refuses duplicates;
     ``create(name, **kwargs)`` builds one, and also accepts ``"package.module:Factory"`` so a user's
-    plugin needs no registration at all. An unknown name raises ``KeyError`` listing the known ones.
+    plugin needs no registration at all. An unknown name raises `UnknownNameError` (a ``KeyError``
+and a `UserError`) listing the known ones.
     One registry object exists per kind (scheduling, memory, cache, ...); they are the only
     module-level mutable objects in the package, written at import time only.
     """
@@ -37,8 +40,7 @@ class Registry(Generic[T]):
         if ":" in name:
             mod, _, attr = name.partition(":")
             return getattr(importlib.import_module(mod), attr)
-        known = ", ".join(sorted(self._items))
-        raise KeyError(f"unknown {self.kind} '{name}'; known: {known} (or give 'module:Class')")
+        raise UnknownNameError(self.kind, name, self._items, hint=" (or give 'module:Class')")
 
     def create(self, name: str, **kwargs: Any) -> T:
         return self.get(name)(**kwargs)

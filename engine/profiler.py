@@ -181,11 +181,17 @@ def _rows(records: Sequence[Any], phase: str, case: int) -> list[dict[str, Any]]
     return [{**r.as_row(), "phase": phase, "case": case} for r in records]
 
 
-def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float, replay_workload_obj: Any = None,
+def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float | None, replay_workload_obj: Any = None,
                    replay_share: float = 0.25, warmup: bool = True, seed: int = 0,
-                   progress: bool = True) -> ProfileResult:
-    """Run ``grid`` cases on ``eng`` until ``(1 - replay_share) * budget_s`` has passed, then
-    replay ``replay_workload_obj`` (a `Workload`, cut to the time left) if given.
+                   progress: bool = True, max_cases: int | None = None,
+                   replay_requests: int | None = None) -> ProfileResult:
+    """Run ``grid`` cases on ``eng`` until ``(1 - replay_share) * budget_s`` has passed or
+    ``max_cases`` cases ran, then replay ``replay_workload_obj`` (a `Workload`) if given: its
+    first ``replay_requests`` requests, else the trace seconds that fit the time left.
+
+    ``budget_s=None`` sets no wall-clock limit: the work is then bounded by counts alone
+    (``max_cases``, or the whole grid; ``replay_requests``, or the whole workload), so that the
+    same rows come out on a fast and on a loaded machine.
 
     The first few warm-up steps (kernel selection, allocator growth) are run and not recorded.
     The prefix cache is flushed between cases so that hits happen only where a case asks."""
@@ -200,7 +206,9 @@ def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float, replay_workl
         eng.flush_cache()
     cases, skipped = grid_cases(grid, int(capacity * 0.9), sc.max_model_len, seed)
     rows: list[dict[str, Any]] = []
-    grid_deadline = t0 + budget_s * (1.0 - replay_share if replay_workload_obj is not None else 1.0)
+    limit = len(cases) if max_cases is None else max(0, int(max_cases))
+    grid_deadline = (float("inf") if budget_s is None else
+                     t0 + budget_s * (1.0 - replay_share if replay_workload_obj is not None else 1.0))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -208,7 +216,7 @@ def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float, replay_workl
         bar = tqdm(total=len(cases), desc="profile", unit="case", file=sys.stderr)
     run = 0
     for i, case in enumerate(cases):
-        if time.perf_counter() >= grid_deadline:
+        if run >= limit or time.perf_counter() >= grid_deadline:
             break
         n0 = len(eng.steps)
         run_case(drv, case, grid)
@@ -219,15 +227,21 @@ def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float, replay_workl
             bar.update(1)
     if bar is not None:
         bar.close()
-    if replay_workload_obj is not None:
+    wl = None
+    if replay_workload_obj is not None and replay_requests is not None:
+        wl = replay_workload_obj.head(int(replay_requests))
+    elif replay_workload_obj is not None and budget_s is None:
+        wl = replay_workload_obj
+    elif replay_workload_obj is not None:
         left = t0 + budget_s - time.perf_counter()
         if left > 1.0:
-            from twinserve.engine.replay import replay_workload
-
             wl = replay_workload_obj.first_seconds(left * 0.5)
-            n0 = len(eng.steps)
-            replay_workload(eng.cfg, wl, progress=progress, engine=eng)
-            rows += _rows(eng.steps[n0:], "replay", -1)
+    if wl is not None and len(wl):
+        from twinserve.engine.replay import replay_workload
+
+        n0 = len(eng.steps)
+        replay_workload(eng.cfg, wl, progress=progress, engine=eng)
+        rows += _rows(eng.steps[n0:], "replay", -1)
     info = {"device": str(eng.device), "dtype": str(eng.dtype).replace("torch.", ""),
             "num_pages": sc.num_pages, "page_size": sc.page_size, "overlap": bool(eng.overlap),
             "cases_run": run, "cases_total": len(cases), "cases_unfit": skipped,
@@ -258,7 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="wall-clock budget (default 240 on CUDA, 30 on CPU)")
+                    help="wall-clock budget (default 240 on CUDA, 30 on CPU; none when --max-cases "
+                         "or --replay-requests bound the work by counts)")
+    ap.add_argument("--max-cases", type=int, default=None,
+                    help="run at most this many grid cases (a count bound: the same rows on any machine)")
+    ap.add_argument("--replay-requests", type=int, default=None,
+                    help="replay the first N requests of the replay workload (a count bound)")
     ap.add_argument("--grid", choices=("full", "tiny"), default=None,
                     help="default: tiny on CPU, full on CUDA")
     ap.add_argument("--replay", default=None,
@@ -290,7 +309,8 @@ def profile_from_args(args: argparse.Namespace) -> tuple[ProfileResult, str]:
     eng = Engine(cfg)
     try:
         cuda = eng.device.type == "cuda"
-        budget = args.budget_s if args.budget_s is not None else (240.0 if cuda else 30.0)
+        counted = args.max_cases is not None or args.replay_requests is not None
+        budget = args.budget_s if args.budget_s is not None else (None if counted else 240.0 if cuda else 30.0)
         grid_name = args.grid or ("full" if cuda else "tiny")
         grid = ProfileGrid() if grid_name == "full" else ProfileGrid.tiny()
         wl = None
@@ -307,7 +327,8 @@ def profile_from_args(args: argparse.Namespace) -> tuple[ProfileResult, str]:
                 kw.update(CPU_REPLAY)
             wl = build_workload(replay, **kw).with_vocab(eng.model_config.vocab_size)
         res = profile_engine(eng, grid, budget, wl, args.replay_share, seed=args.seed,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, max_cases=args.max_cases,
+                             replay_requests=args.replay_requests)
         res.info.update(budget_s=budget, grid=grid_name, replay=replay or None,
                         replay_rate=args.replay_rate, model_path=path, load_format=fmt,
                         gpu_name=torch.cuda.get_device_name(eng.device) if cuda else "cpu")

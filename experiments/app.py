@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from twinserve.core.cli_errors import DEBUG_ENV, plain_warnings, report_user_errors, take_debug_flag
+from twinserve.core.config_checks import check_group_options
+from twinserve.experiments.cli_help import help_text
 from twinserve.experiments.run import run_experiment
 
 
 # An absolute path (a file search path, not a Python package): works from a checkout, an
 # editable install and a wheel alike, with no __init__.py in conf/.
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+PROG = "twinserve-run"
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> None:
-    run_experiment(cfg, HydraConfig.get().runtime.output_dir)
+    debug = os.environ.get(DEBUG_ENV) == "1"
+    report_user_errors(PROG, debug, lambda: run_experiment(cfg, HydraConfig.get().runtime.output_dir))
 
 
 def main() -> None:
-    """Console entry point: ``twinserve-run [group=option ...] [key=value ...] [-m]``."""
+    """Console entry point: ``twinserve-run [group=option ...] [key=value ...] [-m] [--debug]``."""
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(help_text(Path(CONF_DIR)))
+        return
+    plain_warnings()
+    debug = take_debug_flag(sys.argv)
+    if debug:
+        os.environ[DEBUG_ENV] = "1"          # read inside the job, and by joblib's workers
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's own traceback, unabridged
+    report_user_errors(PROG, debug, lambda: check_group_options(sys.argv[1:], CONF_DIR))
     _app()
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from twinserve.core.config import SchedulerConfig
-from twinserve.core.model_shapes import ModelShape, get_shape
+from twinserve.core.errors import UserError
+from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
 from twinserve.simulator.hardware import GPUSpec, get_hardware
@@ -33,15 +34,49 @@ def no_nulls(d: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in dict(d or {}).items() if v is not None}
 
 
-def model_shape(model: Mapping[str, Any]) -> ModelShape:
+# The ModelShape fields that step times depend on: two shapes equal in these share calibrations.
+COST_FIELDS = ("family", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+               "intermediate_size", "vocab_size")
+
+
+def _differences(a: ModelShape, b: ModelShape) -> list[str]:
+    return [f"{f} {getattr(a, f)} vs {getattr(b, f)}" for f in COST_FIELDS if getattr(a, f) != getattr(b, f)]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """The model a run uses: its shape (named after what it is) and, when ``model.path`` holds
+    another model than the preset ``model.name``, why it was renamed (``mismatch``)."""
+
+    shape: ModelShape
+    mismatch: str | None = None
+
+
+def resolve_model(model: Mapping[str, Any]) -> ModelChoice:
     """``model.path`` (a directory or a config.json) read through `ModelShape.from_hf_config`,
-    else the named preset."""
+    else the named preset. A path whose architecture differs from the preset ``model.name``
+    (`COST_FIELDS`) is named after the preset it equals, else after its directory, so that a
+    calibration is looked up for the model that runs, never for the preset's."""
     path = model.get("path")
-    if path:
-        p = Path(path)
-        p = p / "config.json" if p.is_dir() else p
-        return ModelShape.from_hf_config(json.loads(p.read_text()), name=str(model["name"]))
-    return get_shape(str(model["name"]))
+    name = str(model["name"])
+    if not path:
+        return ModelChoice(get_shape(name))
+    p = Path(path)
+    cfg_file = p / "config.json" if p.is_dir() else p
+    shape = ModelShape.from_hf_config(json.loads(cfg_file.read_text()), name=name)
+    preset = MODEL_SHAPES.get(name)
+    if preset is None or not _differences(shape, preset):
+        return ModelChoice(shape)
+    same = next((n for n, s in MODEL_SHAPES.items() if not _differences(shape, s)), None)
+    own = same or (p.name if p.is_dir() else p.parent.name)
+    why = (f"model.path={path} is not model.name={name} ({', '.join(_differences(shape, preset)[:3])}); "
+           f"it runs as {own}" + (" (a known shape)" if same else ""))
+    return ModelChoice(replace(shape, name=own), why)
+
+
+def model_shape(model: Mapping[str, Any]) -> ModelShape:
+    """The shape of `resolve_model`."""
+    return resolve_model(model).shape
 
 
 def hardware_spec(hw: Mapping[str, Any]) -> GPUSpec:
@@ -133,8 +168,9 @@ def cost_model(cm: Mapping[str, Any], shape: ModelShape, hw: GPUSpec, tp: int) -
         found = find_calibration(hw.name, shape.name, tp, dirs)
         path = str(found) if found else None
         if name == "calibrated" and path is None:
-            raise FileNotFoundError(f"no calibration for (gpu={hw.name}, model={shape.name}, tp={tp}) "
-                                    f"in {[str(d) for d in dirs]}; use cost_model=roofline")
+            raise UserError(f"cost_model=calibrated: no calibration for (gpu={hw.name}, model={shape.name}, "
+                            f"tp={tp}) in {[str(d) for d in dirs]}; allowed: cost_model=auto or roofline, "
+                            f"or cost_model.path=FILE", "cost_model.name")
     if name == "auto":
         name = "calibrated" if path else "roofline"
     if name == "calibrated":

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,7 +17,10 @@ import pyarrow.parquet as pq
 
 from twinserve.core.metrics import format_summary, summarize
 from twinserve.experiments.backends import BACKENDS, BackendResult, RunContext
-from twinserve.experiments.build import build_workload, hardware_spec, model_shape, plain
+from twinserve.experiments.build import (CalibrationMismatchWarning, build_workload, hardware_spec, plain,
+                                         resolve_model, scheduler_config)
+from twinserve.core.config_checks import check_kv_fits, check_tp, no_request_ran
+from twinserve.experiments.checks import check_config
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -88,11 +92,17 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     """
     t0 = time.perf_counter()
     cfg = plain(cfg_node)
+    check_config(cfg)
     out = Path(out_dir)
-    shape = model_shape(cfg["model"])
+    model = resolve_model(cfg["model"])
+    shape = model.shape
+    check_tp(int(cfg.get("tp", 1)), shape)
     hw = hardware_spec(cfg["hardware"])
     ctx = RunContext(cfg, shape, hw, out, _progress(cfg.get("progress")))
     workload = build_workload(cfg["workload"], shape.vocab_size)
+    if (cfg.get("kv") or {}).get("num_pages"):
+        sc = scheduler_config(cfg, shape, hw)
+        check_kv_fits(sc.num_pages, sc.page_size, workload.prompt_lens, workload.output_lens)
     max_len = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
     over = workload.over_long(max_len)
     if over:
@@ -100,20 +110,49 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
               f"(not trimmed); first ids: {over[:10]}", file=sys.stderr)
     backend = backend if backend is not None else BACKENDS.create(str(cfg["backend"]["name"]))
     result = backend.run(ctx, workload)
+    no_request_ran(len(workload), result.rejected)
     slo = cfg.get("slo") or {}
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
-    summary["run"] = {**run_metadata(cfg, ctx, workload), **result.meta}
+    summary["run"] = cost_facts({**run_metadata(cfg, ctx, workload), **result.meta}, model.mismatch)
     summary["over_long"] = {"max_model_len": max_len, "count": len(over), "first_ids": over[:10]}
     summary["rejected"] = {"count": len(result.rejected),
                            "first": [{"rid": r, "reason": why} for r, why in result.rejected[:10]]}
     summary["timing"] = {**result.timing, "run_wall_s": time.perf_counter() - t0}
     write_outputs(out, result, summary)
     if cfg.get("print_summary", True):
-        title = f"{summary['run']['backend']}: {shape.name} on {hw.name}, {workload.name}"
+        print(run_header(summary["run"]))
+        title = f"{summary['run']['backend']}: {shape.name} on {summary['run']['hardware']}, {workload.name}"
         print(format_summary(_numbers_only(summary), title=title[:48]))
         print(f"outputs: {out}")
     return summary
+
+
+def cost_facts(run: dict[str, Any], model_mismatch: str | None) -> dict[str, Any]:
+    """``run`` with the pricing facts every summary.json carries: ``cost_model`` (what priced the
+    steps, None for a measured backend), ``calibration`` (its file, or None) and
+    ``calibration_mismatch`` (why the calibration may not describe this run, or None). A model
+    at ``model.path`` that is not the preset ``model.name`` is warned about here."""
+    out = {"cost_model": None, "cost_model_source": None, **run}
+    out["calibration"] = out["cost_model_source"]
+    notes = [n for n in (model_mismatch, run.get("calibration_mismatch")) if n]
+    if model_mismatch:
+        cm = out["cost_model"]
+        priced = (f"priced by the {cm['name']} cost model" + (f" ({out['calibration']})" if out["calibration"] else "")
+                  if isinstance(cm, dict) else "measured, not priced")
+        notes[0] = f"{model_mismatch}; {priced}"
+        warnings.warn(notes[0], CalibrationMismatchWarning, stacklevel=3)
+    out["calibration_mismatch"] = "; ".join(notes) or None
+    return out
+
+
+def run_header(run: Mapping[str, Any]) -> str:
+    """One line naming what ran: backend, model, hardware, policies and the cost model."""
+    cm = run.get("cost_model")
+    priced = (f"cost model {cm['name']}" + (f" ({Path(run['calibration']).name})" if run.get("calibration") else "")
+              if isinstance(cm, dict) else "measured (no cost model)")
+    return (f"[twinserve] {run['backend']}: {run['model']} on {run['hardware']}, tp={run['tp']}, "
+            f"{run['scheduler']}/{run['memory']}/{run['cache']}; {priced}")
 
 
 def _numbers_only(summary: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,17 @@ import os
 from dataclasses import fields
 from typing import Any, Mapping
 
+from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
+                                          registry_names)
+from twinserve.core.errors import UserError
 from twinserve.server.config import ServerConfig
+
+# The registry names the served engine uses.
+SERVED_NAMES: tuple[NamedKey, ...] = (
+    NamedKey("scheduler.name", "scheduling policy", registry_names("twinserve.policies", "SCHEDULING")),
+    NamedKey("memory.name", "memory policy", registry_names("twinserve.policies", "MEMORY")),
+    NamedKey("cache.name", "prefix cache", registry_names("twinserve.policies", "CACHE")),
+)
 
 
 def conf_dir() -> str:
@@ -55,8 +65,8 @@ def engine_config_from(cfg: Mapping[str, Any]) -> Any:
 
     model = cfg["model"]
     if not model.get("path"):
-        raise ValueError("twinserve-serve needs model.path=DIR (a checkpoint with tokenizer files; "
-                         "`twinserve-make-model --shape tiny-llama --out DIR` writes one)")
+        raise UserError("twinserve-serve needs model.path=DIR (a checkpoint with tokenizer files; "
+                        "`twinserve-make-model --shape tiny-llama --out DIR` writes one)", "model.path")
     return engine_config_from_run(cfg, str(model["path"]), max_model_len=model.get("max_model_len"))
 
 
@@ -69,10 +79,37 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
     unknown = set(base) - known
     if unknown:
-        raise ValueError(f"unknown server keys {sorted(unknown)}; known: {sorted(known)}")
+        raise UserError(f"unknown server keys {sorted(unknown)}; known: {sorted(known)}", "server")
     sc = ServerConfig(**base)
-    sc.validate()
+    try:
+        sc.validate()
+    except ValueError as e:
+        raise UserError(f"server: {e}", "server") from None
     return sc
+
+
+def check_served(cfg: Mapping[str, Any]) -> None:
+    """The composed config's mistakes a user can fix, before any process starts: keys left at
+    ``???``, unknown policy names, a missing ``model.path``, a ``tp`` the model cannot split."""
+    import json
+    from pathlib import Path
+
+    from twinserve.core.model_shapes import ModelShape
+
+    missing = [m for m in ("torch", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"twinserve-serve needs {', '.join(missing)}, which is not installed; install the "
+                        f"'engine,server' extras: pip install torch==2.13.0 (CPU; or a CUDA build) && "
+                        f"pip install -e '.[engine,server]'")
+    check_mandatory(cfg)
+    check_names(cfg, SERVED_NAMES)
+    check_model(cfg)
+    path = (cfg.get("model") or {}).get("path")
+    if path:
+        p = Path(str(path))
+        shape = ModelShape.from_hf_config(json.loads((p / "config.json" if p.is_dir() else p).read_text()),
+                                          name=p.name)
+        check_tp(int(cfg.get("tp", 1)), shape)
 
 
 def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
@@ -80,6 +117,8 @@ def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
     from hydra import compose, initialize_config_dir
 
     hydra_ov, server_ov = split_overrides(overrides)
+    check_group_options(hydra_ov, conf_dir())
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
         cfg = _plain(compose(config_name="config", overrides=hydra_ov))
+    check_served(cfg)
     return engine_config_from(cfg), server_config_from(cfg, server_ov)

@@ -142,11 +142,15 @@ def start_server(engine_cfg: Any, host: str = "127.0.0.1", port: int = 0,
 
 def main(argv: list[str] | None = None) -> None:
     """``twinserve-serve [hydra overrides...]``: compose the experiments config, serve."""
+    from twinserve.core.cli_errors import plain_warnings, report_user_errors, take_debug_flag
     from twinserve.server.hydra_config import compose_server_config
     from twinserve.server.runtime import serve
 
     overrides = list(sys.argv[1:] if argv is None else argv)
-    engine_cfg, server_cfg = compose_server_config(overrides)
+    debug = take_debug_flag(overrides)
+    plain_warnings()
+    engine_cfg, server_cfg = report_user_errors("twinserve-serve", debug,
+                                                lambda: compose_server_config(overrides))
     try:
         serve(engine_cfg, server_cfg)
     except SystemExit as e:

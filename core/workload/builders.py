@@ -85,8 +85,9 @@ def csv(path: str, num_requests: int | None = None, duration_s: float | None = N
         vocab_size: int = 32000, start_s: float | None = None, **columns: Any) -> Workload:
     """Any per-request CSV (`loaders.load_azure` layouts, or columns named in ``columns``:
     ``arrival_col``, ``prompt_col``, ``output_col``, ``time_unit``, ``invalid``)."""
-    w = (loaders.load_csv(path, seed=seed, vocab_size=vocab_size, **columns) if columns
-         else loaders.load_azure(path, seed=seed, vocab_size=vocab_size))
+    rows = {"invalid": columns.pop("invalid")} if "invalid" in columns else {}
+    w = (loaders.load_csv(path, seed=seed, vocab_size=vocab_size, **rows, **columns) if columns
+         else loaders.load_azure(path, seed=seed, vocab_size=vocab_size, **rows))
     return shape(w, num_requests, duration_s, time_scale, rate, start_s)
 
 
@@ -94,9 +95,9 @@ def csv(path: str, num_requests: int | None = None, duration_s: float | None = N
 def mooncake(path: str, block_size: int = 512, num_requests: int | None = None,
              duration_s: float | None = None, time_scale: float | None = None,
              rate: float | None = None, seed: int = 0, vocab_size: int = 32000,
-             start_s: float | None = None) -> Workload:
-    """Mooncake-style JSONL with block ``hash_ids``."""
-    w = loaders.load_mooncake(path, block_size=block_size, seed=seed, vocab_size=vocab_size)
+             start_s: float | None = None, **rows: Any) -> Workload:
+    """Mooncake-style JSONL with block ``hash_ids`` (``rows``: `loaders.load_mooncake`'s ``invalid``)."""
+    w = loaders.load_mooncake(path, block_size=block_size, seed=seed, vocab_size=vocab_size, **rows)
     return shape(w, num_requests, duration_s, time_scale, rate, start_s)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from twinserve.core.errors import UserError
 from twinserve.core.workload.arrivals import arrival_times
 from twinserve.core.workload.spec import RequestSpec
 from twinserve.core.workload.streams import stream
@@ -45,7 +46,7 @@ def _specs_from_columns(arrival: np.ndarray, prompt: np.ndarray, output: np.ndar
         msg = (f"{where}: {rows.size} rows have a missing, negative or zero length or arrival "
                f"(first rows: {rows[:5].tolist()})")
         if invalid == "raise":
-            raise ValueError(msg + "; pass invalid='drop' to skip them")
+            raise UserError(msg + "; workload.invalid=drop skips them", "workload.invalid")
         if invalid != "drop":
             raise ValueError(f"invalid must be 'raise' or 'drop', got {invalid!r}")
         warnings.warn(msg + "; dropped", stacklevel=3)
@@ -56,6 +57,39 @@ def _specs_from_columns(arrival: np.ndarray, prompt: np.ndarray, output: np.ndar
                 output.astype(np.int64).tolist())]
 
 
+def _read_csv(path: Any, where: str, usecols: Sequence[str] | None = None, numeric: Sequence[str] = (),
+              **kw: Any) -> pd.DataFrame:
+    """``pd.read_csv`` keeping ``usecols``; its failures on the file's contents (empty,
+    unreadable quoting, a column missing, a cell of a ``numeric`` column that is not a number)
+    become a `UserError` naming the file and the line."""
+    try:
+        df = pd.read_csv(path, **kw)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{where}: the file is empty (a trace CSV needs a header row and one row per "
+                        f"request)") from None
+    except pd.errors.ParserError as e:
+        detail = str(e).strip().splitlines()[-1]
+        raise UserError(f"{where}: not a readable CSV ({detail}); check its quoting and "
+                        f"delimiters") from None
+    if usecols is None:
+        return df
+    missing = [c for c in usecols if c not in df.columns]
+    if missing:
+        raise UserError(f"{where}: no column {', '.join(missing)}; its columns: {', '.join(map(str, df.columns))} "
+                        f"(name yours with workload.arrival_col, prompt_col, output_col)")
+    df = df[list(usecols)]
+    for c in numeric:
+        if not pd.api.types.is_numeric_dtype(df[c]):
+            num = pd.to_numeric(df[c], errors="coerce")
+            bad = np.flatnonzero(num.isna().to_numpy() & df[c].notna().to_numpy())
+            if bad.size:
+                i = int(bad[0])
+                raise UserError(f"{where}: line {i + 2} (request row {i}), column {c}: "
+                                f"{df[c].iloc[i]!r} is not a number ({bad.size} such rows)")
+            df[c] = num
+    return df
+
+
 def load_csv(path: str | Path | Any, arrival_col: str = "arrived_at",
              prompt_col: str = "num_prefill_tokens", output_col: str = "num_decode_tokens",
              time_unit: float = 1.0, name: str | None = None, seed: int = 0,
@@ -64,7 +98,8 @@ def load_csv(path: str | Path | Any, arrival_col: str = "arrived_at",
     first request arrives at 0), prompt length and output length columns."""
     with ExitStack() as stack:
         p = path if isinstance(path, (str, Path)) else stack.enter_context(resources.as_file(path))
-        df = pd.read_csv(p, usecols=[arrival_col, prompt_col, output_col], engine="c")
+        cols = [arrival_col, prompt_col, output_col]
+        df = _read_csv(p, str(path), cols, cols, engine="c")
     arrival = df[arrival_col].to_numpy(dtype=np.float64) * float(time_unit)
     if arrival.size:
         arrival = arrival - np.nanmin(arrival)
@@ -85,11 +120,15 @@ def load_azure(path_or_name: str | Path, seed: int = 0, vocab_size: int = 32000,
     if key in BUNDLED:
         return load_csv(bundled_path(key), name=key, seed=seed, vocab_size=vocab_size,
                         invalid=invalid)
-    header = pd.read_csv(path_or_name, nrows=0).columns
+    header = _read_csv(path_or_name, key, nrows=0).columns
     if "TIMESTAMP" not in header:
         return load_csv(path_or_name, seed=seed, vocab_size=vocab_size, invalid=invalid)
-    df = pd.read_csv(path_or_name, usecols=["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
-    ts = pd.to_datetime(df["TIMESTAMP"], format="mixed")
+    df = _read_csv(path_or_name, key, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
+                   ["ContextTokens", "GeneratedTokens"])
+    try:
+        ts = pd.to_datetime(df["TIMESTAMP"], format="mixed")
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{key}: column TIMESTAMP holds a value that is not a date and time ({e})") from None
     arrival = (ts - ts.min()).dt.total_seconds().to_numpy(np.float64)
     specs = _specs_from_columns(arrival, df["ContextTokens"].to_numpy(np.float64),
                                 df["GeneratedTokens"].to_numpy(np.float64), key, invalid)
@@ -106,15 +145,21 @@ def load_mooncake(path: str | Path, block_size: int = 512, seed: int = 0,
     out: list[float] = []
     hashes: list[tuple[int, ...] | None] = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            ts.append(float(row["timestamp"]))
-            inp.append(float(row["input_length"]))
-            out.append(float(row["output_length"]))
+            try:
+                row = json.loads(line)
+                ts.append(float(row["timestamp"]))
+                inp.append(float(row["input_length"]))
+                out.append(float(row["output_length"]))
+            except (ValueError, TypeError, KeyError) as e:
+                what = f"no key {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+                raise UserError(f"{path}: line {n}: {what} (each line is a JSON object with timestamp, "
+                                f"input_length, output_length and optionally hash_ids)") from None
             h = row.get("hash_ids")
             hashes.append(tuple(h) if h else None)
+    _check_block_size(str(path), inp, hashes, block_size)
     arrival = np.asarray(ts) / 1000.0
     if arrival.size:
         arrival -= arrival.min()
@@ -123,6 +168,29 @@ def load_mooncake(path: str | Path, block_size: int = 512, seed: int = 0,
              for s in base]
     return Workload(specs, name=Path(path).stem, seed=seed, vocab_size=vocab_size,
                     block_size=block_size)
+
+
+BLOCK_SIZES = tuple(2 ** k for k in range(4, 17))  # candidates for the warning's suggestion
+
+
+def _check_block_size(where: str, input_len: Sequence[float], hashes: Sequence[tuple[int, ...] | None],
+                      block_size: int) -> None:
+    """Warn once when some requests' ``len(hash_ids) * block_size`` and ``input_length`` differ
+    by more than one block, naming the block size (a power of two) that fits the most."""
+    pairs = [(n, len(h)) for n, h in zip(input_len, hashes) if h]
+    if not pairs:
+        return
+    lens, blocks = np.asarray([p[0] for p in pairs]), np.asarray([p[1] for p in pairs])
+
+    def misfits(bs: int) -> int:
+        return int((np.abs(blocks * bs - lens) > bs).sum())
+
+    bad = misfits(block_size)
+    if bad:
+        best = min(BLOCK_SIZES, key=misfits)
+        warnings.warn(f"{where}: {bad} of {len(pairs)} requests' hash_ids times block_size={block_size} "
+                      f"differ from input_length by more than one block; block_size={best} fits "
+                      f"{len(pairs) - misfits(best)} of them (set workload.block_size={best})", stacklevel=3)
 
 
 def byte_tokenize(text: str) -> np.ndarray:

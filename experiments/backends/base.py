@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import pandas as pd
 
@@ -43,7 +43,11 @@ class BackendResult:
 
 class Backend(ABC):
     """Runs one workload to completion. Contract: no global state; heavy imports (torch, the
-    server) happen inside ``run`` so that choosing the simulator never imports them."""
+    server) happen inside ``run`` so that choosing the simulator never imports them.
+    ``multi_replica``: whether it runs ``replicas > 1`` behind ``router`` (else a run asking for
+    several is refused before it starts)."""
+
+    multi_replica: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult: ...

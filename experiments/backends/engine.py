@@ -44,13 +44,24 @@ class EngineBackend(Backend):
         try:
             reqs, records = replay_workload(eng.cfg, workload, progress=ctx.progress,
                                             warmup=bool(b.get("warmup", True)), engine=eng)
-            meta = {"engine_config": _used_config(eng)}
+            meta = {"hardware": device_hardware(eng), "engine_config": _used_config(eng)}
         finally:
             if self.engine is None:
                 eng.shutdown()
         done = {r.rid for r in reqs}
         rejected = [(s.rid, "skipped by the engine") for s in workload if s.rid not in done]
         return BackendResult(requests_frame(reqs, 0), steps_frame(records), rejected, meta)
+
+
+def device_hardware(eng: Any) -> str:
+    """The hardware the engine ran on, as a preset name: ``cpu``, or the GPU's (``h200``)."""
+    if eng.device.type != "cuda":
+        return str(eng.device.type)
+    import torch
+
+    from twinserve.experiments.calibrate import gpu_key
+
+    return gpu_key(torch.cuda.get_device_name(eng.device))
 
 
 def _used_config(eng: Any) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from twinserve.simulator import SimConfig, simulate
 class SimBackend(Backend):
     """Simulate ``replicas`` replicas behind ``router``; step times from ``cost_model``."""
 
+    multi_replica = True
+
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
         cfg, b = ctx.cfg, ctx.cfg["backend"]
         tp = int(cfg.get("tp", 1))

@@ -1,8 +1,9 @@
 """`cache_aging`: an example scheduling policy in one file (see the README walk-through).
 
-Select it without registering anything:
-    twinserve-run scheduler.policy=twinserve.experiments.examples.my_policy:CacheAwareAging
-or, once this module is imported, by its registered name ``cache_aging``.
+Select it by module path (nothing to register; the module is imported on first use):
+    twinserve-run scheduler.name=twinserve.experiments.examples.my_policy:CacheAwareAging
+Its constructor arguments go under ``scheduler.kwargs`` (``+scheduler.kwargs.tokens_per_s=500``).
+In Python code that has imported this module, its registered name ``cache_aging`` works too.
 """
 
 from __future__ import annotations

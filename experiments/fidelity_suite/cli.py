@@ -12,15 +12,26 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("engine", help="engine side: profile, capacity, runs at each load")
     e.add_argument("--model", required=True)
     e.add_argument("--out", required=True)
-    e.add_argument("--budget-s", type=float, default=540.0)
-    e.add_argument("--profile-s", type=float, default=120.0, help="0 = no calibration profile")
+    e.add_argument("--budget-s", type=float, default=540.0,
+                   help="wall-clock seconds; runs that no longer fit are skipped (inf: no limit, the "
+                        "work is then bounded by --only, --profile-cases and the trace seconds)")
+    e.add_argument("--profile-s", type=float, default=120.0,
+                   help="0 = no calibration profile; else half of it is the grid's wall-clock time "
+                        "and half the calibration replays' trace seconds")
+    e.add_argument("--profile-cases", type=int, default=None,
+                   help="run this many grid cases instead of half of --profile-s (a count bound)")
     e.add_argument("--calib-rate", type=float, default=20.0, help="req/s of the calibration replays")
     e.add_argument("--calib-loads", type=float, nargs="*", default=(), metavar="LOAD",
                    help="also replay each workload's calibration window at these fractions of its "
                         "measured capacity (after the capacity runs), for the steps of a loaded server")
     e.add_argument("--calib-load-s", type=float, default=10.0,
                    help="trace seconds of each --calib-loads replay")
+    e.add_argument("--calib-load-requests", type=int, default=None,
+                   help="replay this many requests per --calib-loads replay instead of --calib-load-s")
     e.add_argument("--duration-s", type=float, default=15.0, help="trace seconds per measured run")
+    e.add_argument("--run-requests", type=int, default=None,
+                   help="run this many requests per measured run instead of --duration-s (a count "
+                        "that does not depend on the measured capacity)")
     e.add_argument("--cap-requests", type=int, default=200, help="requests sent at once to measure capacity")
     e.add_argument("--only", nargs="+", default=(), metavar="RUN",
                    help="run just these (e.g. sessions_90 shared_prefix_90)")

@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from twinserve.experiments.fidelity_suite.workloads import (SUITE, SuiteWorkload, build_suite_workload, compose,
-                                                          load_overrides, requests_per_rate, run_plan)
+                                                          load_overrides, rate_overrides, requests_per_rate,
+                                                          run_plan)
 
 HOST_PROBE_STEPS = 20  # steps per kind of the host probe noted after each stage (about a second)
 
@@ -67,14 +68,17 @@ class _Suite:
                                                 for s in stats for c in ("launch_s", "duration")}, **chase)
 
     def profile(self, eng: Any) -> None:
-        """Grid for half the profile budget, then calibration replays of other windows at
-        ``calib_rate``; the rows are kept for `save_profile` (after any `load_replays`)."""
+        """Grid for half the profile seconds (or ``profile_cases`` cases, with no clock), then
+        calibration replays of other windows at ``calib_rate`` over the other half in trace
+        seconds; the rows are kept for `save_profile` (after any `load_replays`)."""
         from twinserve.engine.profiler import ProfileGrid, profile_engine
 
         a = self.args
         cuda = eng.device.type == "cuda"
         grid = ProfileGrid() if cuda else ProfileGrid.tiny()
-        res = profile_engine(eng, grid, a.profile_s * 0.5, None, warmup=False, progress=a.progress)
+        wall = None if a.profile_cases is not None else a.profile_s * 0.5
+        res = profile_engine(eng, grid, wall, None, warmup=False, progress=a.progress,
+                             max_cases=a.profile_cases)
         self.profile_frames.append(res.steps)
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
         self.host_probe(eng, "profile_grid")
@@ -84,14 +88,14 @@ class _Suite:
         self.save_profile()
 
     def calib_replay(self, eng: Any, w: SuiteWorkload, req_rate: float, duration_s: float,
-                     load: float | None = None) -> None:
+                     load: float | None = None, requests: int | None = None) -> None:
         """Replay ``w``'s calibration window (never a measured one) at ``req_rate`` for
-        ``duration_s`` and keep its steps (``phase="replay"``; ``calib_req_s``, and
-        ``calib_load`` when the rate is a fraction of the measured capacity)."""
+        ``duration_s`` trace seconds (or its first ``requests`` requests) and keep its steps
+        (``phase="replay"``; ``calib_req_s``, and ``calib_load`` when the rate is a fraction of
+        the measured capacity)."""
         from twinserve.engine.replay import replay_workload
 
-        wl = build_suite_workload([*self.base, *w.calib, f"workload.rate={req_rate / requests_per_rate(w, self.base, duration_s):.6g}",
-                     f"workload.duration_s={duration_s:g}"])
+        wl = build_suite_workload([*self.base, *w.calib, *rate_overrides(w, self.base, req_rate, duration_s, requests)])
         _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
         rows = pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1, "workload": w.name,
                               "calib_req_s": float(req_rate),
@@ -109,7 +113,8 @@ class _Suite:
         for load in self.args.calib_loads:
             for w in SUITE:
                 if w.name in caps:
-                    self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load)
+                    self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load,
+                                      requests=self.args.calib_load_requests)
 
     def save_profile(self) -> None:
         """Write every profile row so far to ``profile_steps.parquet`` (again after each part)."""
@@ -134,7 +139,7 @@ class _Suite:
         from twinserve.experiments.run import run_experiment
 
         name = f"{w.name}_{round(load * 100)}"
-        ov = load_overrides(w, self.base, load * cap, self.args.duration_s)
+        ov = load_overrides(w, self.base, load * cap, self.args.duration_s, self.args.run_requests)
         d = self.out / name
         s = run_experiment(compose(ov), d, backend=EngineBackend(eng))
         (d / "overrides.json").write_text(json.dumps({"overrides": ov, "load": load, "capacity_req_s": cap,
@@ -174,5 +179,3 @@ def run_engine_suite(args: argparse.Namespace) -> Path:
         eng.shutdown()
     suite.note("done")
     return suite.out
-
-

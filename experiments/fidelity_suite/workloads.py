@@ -57,10 +57,22 @@ def requests_per_rate(w: SuiteWorkload, base: Sequence[str], window_s: float) ->
     return len(wl) / window_s / probe
 
 
-def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float) -> list[str]:
-    """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s``."""
-    rate = req_rate / requests_per_rate(w, base, duration_s)
-    return [*base, *w.overrides, f"workload.rate={rate:.6g}", f"workload.duration_s={duration_s:g}"]
+def load_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float,
+                   requests: int | None = None) -> list[str]:
+    """The overrides of one measured run at ``req_rate`` requests/s for ``duration_s`` trace
+    seconds, or, with ``requests``, of its first ``requests`` requests at that rate (a count
+    that does not depend on the measured capacity)."""
+    return [*base, *w.overrides, *rate_overrides(w, base, req_rate, duration_s, requests)]
+
+
+def rate_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, duration_s: float,
+                   requests: int | None = None) -> list[str]:
+    """``workload.rate`` for ``req_rate`` requests/s, and the trace seconds or request count."""
+    window = duration_s if requests is None else requests / req_rate
+    rate = f"workload.rate={req_rate / requests_per_rate(w, base, window):.6g}"
+    if requests is None:
+        return [rate, f"workload.duration_s={duration_s:g}"]
+    return [rate, f"workload.num_requests={requests}"]
 
 
 def run_plan(only: Sequence[str] = ()) -> list[tuple[SuiteWorkload, float]]:

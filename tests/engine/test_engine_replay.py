@@ -33,6 +33,22 @@ def test_replay_shared_prefix_hits_cache(tiny_model_dir):
     assert max(r.max_cached for r in reqs) >= 64 - 16
 
 
+def _replay_turn_after_turn(cfg, w, answers: bool = True):
+    """Replay ``w`` (sessions), its clock stretched until every turn arrived after the session's
+    previous turn had finished: how far depends on the host's speed (a loaded machine needs a
+    longer think time), what the test checks does not."""
+    for stretch in (1.0, 4.0, 16.0, 64.0):
+        ws = w.scale_time(stretch)
+        reqs, _ = replay_workload(cfg, ws, progress=False, answers=answers)
+        done = {r.rid: r.t_finish for r in reqs}
+        turns: dict[int, list] = {}
+        for spec in ws:
+            turns.setdefault(spec.session, []).append(spec)
+        if all(done[a.rid] <= b.arrival for t in turns.values() for a, b in zip(t, t[1:])):
+            return reqs
+    pytest.fail("even with a 64x think time a turn arrived before the previous one finished")
+
+
 def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
     from twinserve.core.workload import sessions
 
@@ -40,7 +56,7 @@ def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
                  seed=1, vocab_size=1024)
     cfg = EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=4096,
                        page_size=16)
-    reqs, _ = replay_workload(cfg, w, progress=False)
+    reqs = _replay_turn_after_turn(cfg, w)
     by = {s.rid: s for s in w}
     for r in reqs:
         assert r.output_ids.tolist() == (w.output_tokens(by[r.rid]) % 1024).tolist()
@@ -49,7 +65,7 @@ def test_replay_emits_the_trace_answers_so_later_turns_hit_them(tiny_model_dir):
     # ones only the first
     second = [r.rid for r in reqs if r.prompt_len == 49]
     assert second
-    plain, _ = replay_workload(cfg, w, progress=False, answers=False)
+    plain = _replay_turn_after_turn(cfg, w, answers=False)
     cached = {r.rid: r.max_cached for r in reqs}
     cached_plain = {r.rid: r.max_cached for r in plain}
     assert all(cached[i] == 32 and cached_plain[i] == 16 for i in second)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from twinserve.core.errors import UserError
 from twinserve.core.model_shapes import get_shape
 from twinserve.experiments.run import load_run, run_experiment
 from twinserve.simulator.cost import Calibration, CpuFit, LinearFit, Provenance
@@ -99,9 +100,13 @@ def test_mooncake_and_model_path(make_cfg: Any, tmp_path: Path) -> None:
     mdir = tmp_path / "model"
     mdir.mkdir()
     (mdir / "config.json").write_text(json.dumps(get_shape("tiny-llama").to_hf_config()))
-    s = run_experiment(make_cfg("workload=mooncake", f"workload.path={jl}", "workload.block_size=512",
-                                f"model.path={mdir}", "kv.num_pages=2000"), tmp_path / "out")
-    assert s["completed"] == 12 and s["run"]["model"] == "llama3-8b"  # the name, with the file's shape
+    with pytest.warns(UserWarning, match="is not model.name=llama3-8b"):
+        s = run_experiment(make_cfg("workload=mooncake", f"workload.path={jl}", "workload.block_size=512",
+                                    f"model.path={mdir}", "kv.num_pages=2000"), tmp_path / "out")
+    # the file's shape, under the name of the preset it is (not model.name's, whose calibration
+    # would price another model)
+    assert s["completed"] == 12 and s["run"]["model"] == "tiny-llama"
+    assert s["run"]["calibration_mismatch"].startswith(f"model.path={mdir} is not model.name=llama3-8b")
     assert s["total_cached_tokens"] >= 11 * 1024  # the two shared blocks hit after the first request
 
 
@@ -119,7 +124,7 @@ def test_cost_model_auto_prefers_a_calibration(make_cfg: Any, tmp_path: Path) ->
     assert np.allclose(dec.duration, 0.005 + 1e-5 * dec.num_seqs)
     s2 = run_experiment(make_cfg(f"cost_model.calibration_dirs=[{tmp_path / 'cal'}]", "tp=2"), tmp_path / "b")
     assert s2["run"]["cost_model"]["name"] == "roofline"
-    with pytest.raises(FileNotFoundError, match="no calibration"):
+    with pytest.raises(UserError, match="no calibration"):
         run_experiment(make_cfg("cost_model=calibrated", "model=qwen3-8b"), tmp_path / "c")
 
 

@@ -29,7 +29,7 @@ def calibration(tmp_path_factory):
     d = tmp_path_factory.mktemp("cal")
     out = d / "cpu_tiny-llama_tp1.json"
     steps = d / "steps.parquet"
-    cal = main(["--model", "tiny-llama", "--device", "cpu", "--budget-s", "6", "--no-progress",
+    cal = main(["--model", "tiny-llama", "--device", "cpu", "--max-cases", "14", "--replay-requests", "20", "--no-progress",
                 "--work-dir", str(d / "work"), "--steps-out", str(steps), "--out", str(out)])
     return d, out, steps, cal
 

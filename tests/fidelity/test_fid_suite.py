@@ -22,11 +22,12 @@ def suite_dir(tmp_path_factory) -> Path:
     torch.set_num_threads(1)
     try:
         d = tmp_path_factory.mktemp("suite")
-        # one run per workload, in a budget that fits them on a slow machine too (the stages
-        # before the runs took 72-82 s of an 80 s budget on this 2-core machine at times)
+        # one run per workload; the work is bounded by counts (grid cases, trace seconds,
+        # requests), never by the clock, so a loaded machine runs the same stages
         args = build_parser().parse_args([
-            "engine", "--model", "tiny-llama", "--out", str(d), "--budget-s", "240", "--profile-s", "4",
-            "--calib-rate", "4", "--calib-loads", "0.5", "--calib-load-s", "1", "--duration-s", "2",
+            "engine", "--model", "tiny-llama", "--out", str(d), "--budget-s", "inf", "--profile-s", "4",
+            "--profile-cases", "8",
+            "--calib-rate", "4", "--calib-loads", "0.5", "--calib-load-requests", "4", "--run-requests", "4",
             "--cap-requests", "6", "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048",
             "--only", "azure_conv_25", "azure_code_25", "shared_prefix_25", "sessions_25"])
         run_engine_suite(args)
@@ -115,16 +116,17 @@ def test_report_side_reruns_each_run_on_the_simulator(suite_dir: Path, tmp_path:
         for k in ("request_throughput", "output_throughput"):
             done = cmp.loc[k, ["engine", "sim"]] * cmp.loc["duration", ["engine", "sim"]]
             assert done["sim"] > 0 and done["sim"] == pytest.approx(done["engine"], rel=1e-6), (n, k)
-    # Timing, loosely: each run is 1-6 requests over 2 s, so one host stall moves a run's
-    # latency by several times (a CI host once ran sessions_25 at 6.6x the fitted E2E). The
-    # median over the runs stays within 4x of the engine's; a calibration 20x too slow does not
-    # (here 10x too slow gave a median of 8.5 against 0.75 fitted; 20x keeps it over 4 even if the
-    # fitted median were at the bound's 0.25)
-    assert 0.25 < _median_e2e_ratio(out, names) < 4.0
+    # Timing: the engine's latencies are wall-clock times of a shared CPU, so the simulator's
+    # against them is bounded loosely (the host may be several times slower during the runs than
+    # during the profile: 0.19 was seen with a second test process starting mid-suite). What
+    # the calibration decides is checked as a ratio of simulations, which no machine load moves:
+    # a calibration 20x slower makes the simulator's latencies about 20x longer (more than 10x).
+    fitted = _median_e2e_ratio(out, names)
+    assert 0.1 < fitted < 10.0
     _scaled_calibration(cal_dir / "c.json", tmp_path / "slow", 20.0)
     run_report(build_parser().parse_args(["report", "--out", str(tmp_path / "slow_report"), str(suite_dir),
                                           f"cost_model.calibration_dirs=[{tmp_path / 'slow'}]"]))
-    assert _median_e2e_ratio(tmp_path / "slow_report", names) > 4.0
+    assert _median_e2e_ratio(tmp_path / "slow_report", names) > 10.0 * fitted
     # the simulator's capacity on each run workload's burst, beside the engine's capacity.json
     caps = json.loads((suite_dir / "tiny-llama" / "capacity.json").read_text())
     cap = pd.read_csv(out / "capacity.csv")
@@ -154,8 +156,8 @@ def test_a_suite_that_ran_out_of_time_is_completed_with_only_and_capacity_from(
     torch.set_num_threads(1)
     try:
         args = build_parser().parse_args([
-            "engine", "--model", "tiny-llama", "--out", str(tmp_path), "--budget-s", "60", "--profile-s", "0",
-            "--duration-s", "2", "--only", name, "--capacity-from", str(caps),
+            "engine", "--model", "tiny-llama", "--out", str(tmp_path), "--budget-s", "inf", "--profile-s", "0",
+            "--run-requests", "4", "--only", name, "--capacity-from", str(caps),
             "hardware=cpu", "backend.device=cpu", "model.max_model_len=2048"])
         run_engine_suite(args)
     finally:
