@@ -152,7 +152,10 @@ def test_stale_ipc_dirs_are_swept(tmp_path) -> None:
     other.remove()
 
 
-def test_engine_config_from_passes_the_backend_engine_keys() -> None:
+def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
+    import json
+
+    from twinserve.core.model_shapes import get_shape
     from twinserve.server.hydra_config import engine_config_from
 
     cfg = {"model": {"path": "/m"}, "scheduler": {"name": "fcfs", "max_running": 8}, "memory": {"name": "on_demand"},
@@ -173,7 +176,13 @@ def test_engine_config_from_passes_the_backend_engine_keys() -> None:
     # composed from the Hydra tree: the model config's own token-graph cap, unless overridden
     from twinserve.server.hydra_config import compose_server_config
 
-    q, _ = compose_server_config(["model=qwen3-0.6b", "model.path=/m"])
-    l, _ = compose_server_config(["model.path=/m"])
-    o, _ = compose_server_config(["model=qwen3-0.6b", "model.path=/m", "scheduler.piecewise_max_tokens=1024"])
+    dirs = {}
+    for name in ("qwen3-0.6b", "llama3-8b"):  # composing checks that model.path holds a config
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir()
+        (dirs[name] / "config.json").write_text(json.dumps(get_shape(name).to_hf_config()))
+    qp, lp = f"model.path={dirs['qwen3-0.6b']}", f"model.path={dirs['llama3-8b']}"
+    q, _ = compose_server_config(["model=qwen3-0.6b", qp])
+    l, _ = compose_server_config([lp])
+    o, _ = compose_server_config(["model=qwen3-0.6b", qp, "scheduler.piecewise_max_tokens=1024"])
     assert (q.piecewise_max_tokens, l.piecewise_max_tokens, o.piecewise_max_tokens) == (8192, 2048, 1024)
