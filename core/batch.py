@@ -59,7 +59,7 @@ HYBRID_FULL_MAX_TOKENS = 2048
 # ``hybrid`` also replays whole a step of more sequences when it has at most this many new
 # tokens per sequence (mostly decodes) and is padded to at most ``max_running`` tokens: that
 # graph's plan holds a sequence per token, so its tiles have 16 rows, as the eager plan's
-# would (for a GQA group of 2; engine/README.md has the measurements).
+# would (for a GQA group of 2; docs/engine.md has the measurements).
 HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ = 8
 
 

@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default=None)
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (GPUs)")
     ap.add_argument("--tp-cuda-graphs", action="store_true",
-                    help="CUDA graphs with --tp > 1 (experimental; off by default, see engine/README.md)")
+                    help="CUDA graphs with --tp > 1 (experimental; off by default, see docs/engine.md)")
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--min-len", type=int, default=100)
     ap.add_argument("--max-len", type=int, default=1024)

@@ -49,7 +49,7 @@ class EngineConfig:
       dense layers with the attention eager (engine/piecewise_graph.py), ``"hybrid"`` (the
       default) both, full for steps of at most 32 sequences and 2,048 tokens
       (engine/token_graphs.py; 2,048 is this class's default; a run config takes the model
-      config's ``piecewise_max_tokens``, 8,192 for qwen3-0.6b, engine/README.md);
+      config's ``piecewise_max_tokens``, 8,192 for qwen3-0.6b, docs/engine.md);
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the steps of at most 8 new tokens
       per sequence padded to at most ``max_running`` tokens (`core.batch.decode_heavy_whole`).
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
@@ -61,7 +61,7 @@ class EngineConfig:
       of a Python scan per element (`engine.attention.host_max`; same plans, less host time).
     - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
       for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
-      not to pay on the H200 host, engine/README.md).
+      not to pay on the H200 host, docs/engine.md).
     - ``spec``: speculative decoding, a `core.spec.SpecConfig` or a mapping of its fields
       (``method``: "none" or "ngram", prompt lookup; ``num_tokens``: k). Greedy requests verify
       up to k proposed tokens per step in one forward; sampled ones decode plainly. It runs
@@ -77,7 +77,7 @@ class EngineConfig:
       rendezvous, building their shard, agreeing on the KV pool), kept apart so that a short
       step limit does not also cut a slow start. With ``tp_size > 1`` decode
       runs eager unless ``tp_cuda_graphs`` (experimental: the one two-GPU run so far hung with
-      graphs on; see engine/README.md).
+      graphs on; see docs/engine.md).
     """
 
     model: str

@@ -6,7 +6,7 @@ vCPUs' speeds on a `cpu_speed.SpeedBoard`; every ``interval_s`` the engine's thr
 unit itself and moves (``sched_setaffinity``) to the fastest vCPU on the board when that one is
 faster than ``ratio`` times its own, or when it waited for its vCPU (another runnable thread there:
 a pinned thread cannot be moved off by the kernel) over ``contended`` of the interval. Off by
-default: on the H200 host it did not pay (engine/README.md, "The host's vCPUs": a vCPU fast while
+default: on the H200 host it did not pay (docs/engine.md, "The host's vCPUs": a vCPU fast while
 idle does not stay fast under the busy thread).
 """
 

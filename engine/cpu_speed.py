@@ -1,7 +1,7 @@
 """How fast each vCPU runs Python right now: ``python -m twinserve.engine.cpu_speed``.
 
 On the GPU host (a KVM guest) each vCPU is at times fast and at times about 1.6x slower, for
-seconds at a stretch, independently of the others and with the machine idle (engine/README.md,
+seconds at a stretch, independently of the others and with the machine idle (docs/engine.md,
 "The host's vCPUs"). Pure-Python work shows it best, since it is what the engine's launch path
 spends its time on. This module has no heavy imports: it runs as its own process.
 

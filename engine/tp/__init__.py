@@ -6,5 +6,5 @@
 - `follower`: the process every other rank runs (``python -m twinserve.engine.tp.follower``);
 - `errors`: `TPGroupError`, raised on rank 0 when any rank fails.
 
-See engine/README.md, "Tensor parallelism", for the design.
+See docs/engine.md, "Tensor parallelism", for the design.
 """
