@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from twinserve.core.config_checks import lookup
 from twinserve.experiments.report.latency import SLO, request_latencies, slo_met
 from twinserve.experiments.report.runs import RunFolder, load_runs
 
@@ -33,15 +34,6 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-
-
-def _lookup(d: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = d
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _name_of(node: Any) -> Any:
@@ -74,7 +66,7 @@ def label_values(run: RunFolder) -> dict[str, Any]:
             value = _name_of(run.overrides.get(key))
         if value is None:
             paths = RATE_PATHS if key == "rate" else (key,)
-            value = next((v for v in (_name_of(_lookup(run.config, p)) for p in paths)
+            value = next((v for v in (_name_of(lookup(run.config, p)) for p in paths)
                           if v is not None), None)
         out[key] = value
     return out
