@@ -67,6 +67,10 @@ class EngineConfig:
       up to k proposed tokens per step in one forward; sampled ones decode plainly. It runs
       without overlap scheduling (``overlap=None`` turns overlap off; ``True`` is refused) and
       at ``tp_size`` 1.
+    - ``prefill_backend``: FlashInfer's kernels for eager prefill and mixed steps, "fa2" or
+      "fa3" (Hopper only).
+    - ``triton_kernels``: the KV store and temperature-only sampling as Triton kernels
+      (`engine.triton`); None = on for CUDA when triton imports, False = torch ops.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).
     - ``tp_size``: tensor-parallel degree: rank 0 runs in this process, ranks 1..N-1 in child
@@ -106,6 +110,8 @@ class EngineConfig:
     kernels: str = "auto"
     decode_tensor_cores: bool | None = None
     fast_plan: bool = True
+    prefill_backend: str = "fa2"
+    triton_kernels: bool | None = None
     seed: int = 0
     tp_size: int = 1
     tp_timeout_s: float = 300.0
@@ -114,6 +120,14 @@ class EngineConfig:
     checked: bool = False
     cpu_chase: bool = False
     spec: Any = field(default_factory=dict)
+
+    def uses_triton_kernels(self, cuda: bool) -> bool:
+        """Whether the engine on this device runs `engine.triton`'s kernels (``triton_kernels``)."""
+        if self.triton_kernels is False or not cuda:
+            return False
+        from twinserve.engine.triton import available
+
+        return available()
 
     def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True,
                          gqa_group: int = 1) -> SchedulerConfig:

@@ -96,7 +96,8 @@ class RankExecutor:
             geom0, self.device, cfg.mem_fraction,
             activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype, tp.size), cfg.cpu_kv_tokens)
         num_pages = agree_pages(int(local_pages))
-        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device)
+        fused = cfg.uses_triton_kernels(cuda)
+        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device, fused_store=fused)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
         self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len, graphs,
                                                                   max(1, local_heads // local_kv))
@@ -108,8 +109,9 @@ class RankExecutor:
         if attn_name == "flashinfer":
             kw["decode_tensor_cores"] = cfg.decode_tensor_cores
             kw["fast_plan"] = cfg.fast_plan
+            kw["prefill_backend"] = cfg.prefill_backend
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
-        self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed),
+        self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
                                   use_graphs=graphs,
                                   max_graph_bs=cfg.max_graph_bs,
                                   wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens,

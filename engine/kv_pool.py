@@ -32,11 +32,18 @@ class KVPool:
     ``[0, num_pages)`` is the memory policy's page id ``p``; token position ``t`` of a request
     lives in page ``pages[t // page_size]`` at slot ``t % page_size``, i.e. flat slot
     ``page * page_size + t % page_size``. The extra last page (``scratch_page``) is never handed out:
-    padded CUDA-graph rows write and read there.
+    padded CUDA-graph rows write and read there. With ``fused_store`` (CUDA with triton), `write`
+    stores k and v whose token rows are contiguous with one Triton launch
+    (`engine.triton.kv_store`).
     """
 
-    def __init__(self, geom: KVGeometry, device: torch.device | str) -> None:
+    def __init__(self, geom: KVGeometry, device: torch.device | str, fused_store: bool = False) -> None:
         self.geom = geom
+        self._store = None
+        if fused_store:
+            from twinserve.engine.triton import kv_store
+
+            self._store = kv_store
         self.device = torch.device(device)
         self.scratch_page = geom.num_pages
         self.buffer = torch.zeros(
@@ -49,6 +56,10 @@ class KVPool:
                         for i in range(geom.num_layers)]
         self._kv_flat = [self.buffer[i].view(2, slots, geom.num_kv_heads, geom.head_dim)
                          for i in range(geom.num_layers)]
+        if self._store is not None:  # compile the kernel now, not inside a CUDA-graph capture
+            row = torch.zeros((1, geom.num_kv_heads, geom.head_dim), dtype=geom.dtype, device=self.device)
+            at = torch.tensor([self.scratch_page * geom.page_size], dtype=torch.int64, device=self.device)
+            self._store.store_kv(self._k_flat[0], self._v_flat[0], at, row, row)
 
     @property
     def page_size(self) -> int:
@@ -64,6 +75,11 @@ class KVPool:
         """Store new keys/values ``[T, heads, dim]`` at flat ``slots`` [T] (int64, on device).
         When ``v`` lies right after ``k`` in one buffer with the same strides (the k and v parts
         of a fused QKV output), both are stored with a single copy."""
+        st = self._store
+        if (st is not None and k.dtype == v.dtype == self.geom.dtype and st.rows_are_contiguous(k)
+                and st.rows_are_contiguous(v)):
+            st.store_kv(self._k_flat[layer], self._v_flat[layer], slots, k, v)
+            return
         both = _adjacent_pair(k, v)
         if both is not None and k.dtype == self.geom.dtype:
             self._kv_flat[layer].index_copy_(1, slots, both)

@@ -89,16 +89,26 @@ class Sampler:
     the ranking whose probability reaches top_p (the top token always survives). A seeded row's draw depends only on its seed, its output index and its
     logits (not on batch composition); unseeded rows draw from the sampler's own generator.
     Sampling uses the exponential-race form of the Gumbel-max trick: argmax(p / E) with E ~ Exp(1).
+    With ``fused`` (CUDA with triton), a step whose rows set only a temperature (no seed, top-k,
+    top-p or extras) samples in one Triton pass over the logits (`engine.triton.gumbel_argmax`:
+    the same distribution, its uniforms from Philox keyed by a per-step seed of the sampler's
+    host stream).
     With ``sb.extras``, the logit processors run first (greedy rows take the argmax of the
     processed logits), min-p filters after temperature, and ``last_logprobs`` holds the step's
     `LogprobsOut` (None when no row asked for log-probabilities).
     """
 
-    def __init__(self, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, device: torch.device, seed: int = 0, fused: bool = False) -> None:
         self.device = device
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
         self.last_logprobs: LogprobsOut | None = None
+        self._fused = None
+        if fused:
+            from twinserve.engine.triton import gumbel_argmax
+
+            self._fused = gumbel_argmax
+            self._step_seeds = np.random.default_rng(seed)
 
     def sample(self, logits: torch.Tensor, sb: SamplingBatch) -> torch.Tensor:
         ex = sb.extras
@@ -113,6 +123,10 @@ class Sampler:
     def _sample(self, logits: torch.Tensor, sb: SamplingBatch, ex: SamplingExtras | None) -> torch.Tensor:
         if sb.all_greedy:
             return logits.argmax(dim=-1)
+        if self._fused is not None and ex is None and logits.stride(-1) == 1 and self._temperature_only(sb):
+            params = torch.from_numpy(self._fused.row_params(sb.temperature)).pin_memory()
+            seed = int(self._step_seeds.integers(1 << 31))
+            return self._fused.gumbel_argmax(logits, params.to(self.device, non_blocking=True), seed)
         dev = logits.device
         logits = logits.float()
         greedy = torch.from_numpy(sb.temperature == 0).to(dev, non_blocking=True)
@@ -126,6 +140,11 @@ class Sampler:
         noise = self.exponential_noise(probs.shape, sb)
         sampled = (probs / noise).argmax(dim=-1)
         return torch.where(greedy, logits.argmax(dim=-1), sampled)
+
+    @staticmethod
+    def _temperature_only(sb: SamplingBatch) -> bool:
+        seeded = sb.seeds >= 0 if sb.seeded is None else sb.seeded
+        return not (seeded.any() or (sb.top_k > 0).any() or (sb.top_p < 1).any())
 
     def exponential_noise(self, shape: torch.Size, sb: SamplingBatch) -> torch.Tensor:
         rows, vocab = shape

@@ -44,7 +44,8 @@ def split_kv_workspace_bytes(tokens: int, rows: int, num_heads: int, num_kv_head
 class FlashInferAttention:
     """FlashInfer 0.6.8 over the pool's NHD ``(k, v)`` pages.
 
-    - mixed or prefill steps: ``BatchPrefillWithPagedKVCacheWrapper`` (causal, fa2 kernels);
+    - mixed or prefill steps: ``BatchPrefillWithPagedKVCacheWrapper`` (causal; ``prefill_backend``
+      "fa2" or "fa3", FlashInfer's Hopper kernels; the token graphs below keep fa2);
     - decode-only steps: ``BatchDecodeWithPagedKVCacheWrapper`` (tensor-core variant when the
       GQA group is >= 4 or when asked);
     - CUDA graphs: one ``use_cuda_graph=True`` decode wrapper per captured batch size, all
@@ -67,7 +68,7 @@ class FlashInferAttention:
     supports_cuda_graphs = True
 
     def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None,
-                 fast_plan: bool = True) -> None:
+                 fast_plan: bool = True, prefill_backend: str = "fa2") -> None:
         import flashinfer
 
         from twinserve.engine.attention import host_max
@@ -83,7 +84,8 @@ class FlashInferAttention:
             decode_tensor_cores = spec.num_heads // spec.num_kv_heads >= 4
         self.tensor_cores = decode_tensor_cores
         self.workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
-        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD",
+                                                                backend=prefill_backend)
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, "NHD", use_tensor_cores=decode_tensor_cores)
         self._graph: dict[int, object] = {}

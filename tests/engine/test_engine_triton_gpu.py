@@ -1,0 +1,73 @@
+"""The Triton kernels of `engine.triton` against the torch ops they replace (CUDA only)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
+]
+
+
+def test_triton_kv_store_writes_what_index_copy_writes():
+    from twinserve.engine.kv_pool import KVGeometry, KVPool
+
+    geom = KVGeometry(num_layers=2, num_pages=40, page_size=16, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16)
+    plain, fused = KVPool(geom, "cuda"), KVPool(geom, "cuda", fused_store=True)
+    for t in (1, 7, 256):
+        qkv = torch.randn(t, (16 + 2 * 8) * 128, device="cuda", dtype=torch.bfloat16)
+        _, k, v = qkv.split([16 * 128, 8 * 128, 8 * 128], dim=-1)
+        k, v = k.view(t, 8, 128), v.view(t, 8, 128)
+        slots = torch.randperm(40 * 16, device="cuda")[:t]
+        plain.write(1, slots, k, v)
+        fused.write(1, slots, k, v)
+        assert torch.equal(plain.buffer, fused.buffer)
+        assert fused.buffer[0].abs().sum() == 0 or t == 1  # layer 0 only ever saw the warm-up row
+
+
+def test_gumbel_argmax_samples_softmax_and_greedy_rows_take_the_argmax():
+    from twinserve.engine.triton.gumbel_argmax import gumbel_argmax, row_params
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, 0.3, 1.7, -0.2], device="cuda")
+    n = 100_000
+    temp = np.full(n, 0.7, dtype=np.float32)
+    temp[:1000] = 0.0
+    params = torch.from_numpy(row_params(temp)).cuda()
+    ids = gumbel_argmax(logits.expand(n, -1).contiguous().to(torch.bfloat16), params, seed=3)
+    assert (ids[:1000] == 0).all()
+    counts = torch.bincount(ids[1000:], minlength=8).double().cpu()
+    expect = torch.softmax(logits.double().cpu() / 0.7, 0) * counts.sum()
+    chi2 = float(((counts - expect) ** 2 / expect).sum())
+    assert chi2 < 24.3  # chi-square, 7 degrees of freedom, p = 0.001
+    # a biased sampler (temperature ignored) fails the same check
+    wrong = torch.softmax(logits.double().cpu(), 0) * counts.sum()
+    assert float(((counts - wrong) ** 2 / wrong).sum()) > 100
+    again = gumbel_argmax(logits.expand(n, -1).contiguous().to(torch.bfloat16), params, seed=3)
+    other = gumbel_argmax(logits.expand(n, -1).contiguous().to(torch.bfloat16), params, seed=4)
+    assert torch.equal(ids, again) and not torch.equal(ids, other)
+
+
+def test_engine_greedy_tokens_are_the_same_with_and_without_triton_kernels(tiny_model_dir):
+    from twinserve.core.model_shapes import ModelShape
+    from twinserve.core.sampling import SamplingParams
+    from twinserve.engine.llm import LLM
+    from twinserve.engine.testing import random_prompts
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    d = tiny_model_dir(ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
+                                  rope_theta=1e6, max_position_embeddings=4096))
+    prompts = random_prompts((5, 17, 40, 63, 100, 300), seed=4)
+    outs = {}
+    for fused in (False, True):
+        llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=512, max_graph_bs=16, triton_kernels=fused,
+                  scheduler={"chunk_size": 64, "max_num_batched_tokens": 96})
+        assert (llm.engine.pool._store is not None) == fused
+        outs[fused] = [o.token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
+    assert outs[True] == outs[False]
