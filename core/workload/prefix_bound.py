@@ -8,7 +8,9 @@ capped at ``prompt_len - 1`` (the last prompt token is always computed, as the s
 - Requests with ``hash_ids``: block ``i`` is ``hash_ids[i]`` over the workload's
   ``block_size`` tokens (the last block may be partial; it matches up to the length an earlier
   request had of it). Tokens past the hashed blocks are unique to the request.
-- Requests with explicit ``tokens``: blocks of ``token_block`` ids, matched only when full.
+- Requests with explicit ``tokens``: blocks of ``token_block`` ids, matched only when full. What
+  such a request leaves in the cache is its prompt followed by its answer (``output_tokens``),
+  as a backend's cache holds it, so a later turn that repeats the answer hits on it.
 - Other requests have unique pseudo-random tokens: no hit, but they count as prompt tokens.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from twinserve.core.workload.spec import RequestSpec
 from twinserve.core.workload.workload import Workload
@@ -36,18 +40,19 @@ class PrefixBound:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
 
 
-def _blocks(w: Workload, s: RequestSpec, token_block: int) -> Iterator[tuple[object, int]]:
-    """(block key, tokens of the block in this request) for the leading matchable blocks."""
+def _blocks(w: Workload, s: RequestSpec, token_block: int) -> Iterator[tuple[object, int, bool]]:
+    """(block, its tokens in this request, whether it lies in the prompt) for the blocks the
+    request can match (those in the prompt) and leaves behind (those and the answer's)."""
     if s.hash_ids:
         for i, h in enumerate(s.hash_ids):
             n = min(w.block_size, s.prompt_len - i * w.block_size)
             if n <= 0:
                 return
-            yield h, n
+            yield h, n, True
     elif s.tokens is not None:
-        ids = w.prompt_tokens(s)
+        ids = np.concatenate([w.prompt_tokens(s), w.output_tokens(s)])
         for i in range(0, ids.size - token_block + 1, token_block):
-            yield ids[i:i + token_block].tobytes(), token_block
+            yield ids[i:i + token_block].tobytes(), token_block, i + token_block <= s.prompt_len
 
 
 def prefix_bound(w: Workload, rids: Collection[int] | None = None,
@@ -63,10 +68,10 @@ def prefix_bound(w: Workload, rids: Collection[int] | None = None,
         total += s.prompt_len
         key = 0
         got, matching = 0, True
-        for block, n in _blocks(w, s, token_block):
+        for block, n, in_prompt in _blocks(w, s, token_block):
             key = hash((key, block))
             before = seen.get(key, 0)
-            if matching:
+            if matching and in_prompt:
                 got += min(n, before)
                 matching = before >= n
             if n > before:

@@ -40,3 +40,12 @@ def test_explicit_tokens_match_in_full_blocks_and_unique_prompts_never_hit() -> 
     bound = prefix_bound(Workload(specs))
     assert (bound.hit_tokens, bound.prompt_tokens) == (32 + 32, 160)
     assert prefix_bound(Workload([RequestSpec(i, 0.0, 50, 1) for i in range(3)])).hit_tokens == 0
+
+
+def test_a_later_turn_hits_on_the_earlier_answer() -> None:
+    rng = np.random.default_rng(1)
+    p, a = rng.integers(0, 1000, 20), rng.integers(0, 1000, 30)
+    turn2 = np.concatenate([p, a, rng.integers(0, 1000, 14)])      # 64 tokens: 4 blocks, 3 seen
+    specs = [RequestSpec(0, 0.0, 20, 30, tokens=p, output_tokens=a),
+             RequestSpec(1, 5.0, 64, 1, tokens=turn2)]
+    assert prefix_bound(Workload(specs)).hit_tokens == 48
