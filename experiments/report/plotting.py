@@ -57,8 +57,9 @@ PlotFn = Callable[[PlotContext], list[Plot]]
 PLOTS: Registry[PlotFn] = Registry("plot")
 
 
-# Overrides that never name a series: the policy labels (in ``combo``) and the x axis.
-NOT_SWEPT = frozenset({"scheduler", "cache", "backend", "workload", "rate", "workload.rate"})
+# Overrides that never name a series: the policy labels (in ``combo``), the x axis and the seed
+# (runs that differ only in it are replicates, pooled in one series).
+NOT_SWEPT = frozenset({"scheduler", "cache", "backend", "workload", "rate", "workload.rate", "seed"})
 
 
 def swept_knobs(df: pd.DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ def _df() -> pd.DataFrame:
     for cache in ("radix", "none"):
         for pages in (100, 5000):
             rows.append({"combo": f"fcfs+{cache}", "policy": "fcfs", "cache": cache, "backend": "sim",
-                         "overrides": f"scheduler=fcfs cache={cache} kv.num_pages={pages} seed=0 hydra.job.id={pages}",
+                         "overrides": f"scheduler=fcfs cache={cache} kv.num_pages={pages} seed={pages} hydra.job.id={pages}",
                          "completed": 10, "mean_ttft_ms": 1.0, "prefix_cache.hit_rate": 0.1 if cache == "radix" else 0.0,
                          "prefix_cache.of_bound": 0.5 if cache == "radix" else 0.0})
     return pd.DataFrame(rows)
