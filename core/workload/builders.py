@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from twinserve.core.errors import UserError
 from twinserve.core.registry import Registry
 from twinserve.core.workload import generators as gen
 from twinserve.core.workload import loaders
@@ -49,8 +50,21 @@ def shape(w: Workload, num_requests: int | None = None, duration_s: float | None
     if duration_s is not None:
         w = w.first_seconds(duration_s)
     if max_prompt_tokens is not None:
-        w = w.drop_long_prompts(int(max_prompt_tokens))
+        w = _drop_long_prompts(w, int(max_prompt_tokens))
     return w
+
+
+def _drop_long_prompts(w: Workload, limit: int) -> Workload:
+    """`Workload.drop_long_prompts`, with a `UserError` for a limit below 1 or one that leaves
+    no request."""
+    key = "workload.max_prompt_tokens"
+    if limit < 1:
+        raise UserError(f"{key} must be >= 1 (a prompt length in tokens), got {limit}", key)
+    out = w.drop_long_prompts(limit)
+    if len(w) and not len(out):
+        raise UserError(f"{key}={limit} drops all {len(w)} requests of the slice (its shortest "
+                        f"prompt has {int(w.prompt_lens.min())} tokens)", key)
+    return out
 
 
 def _generated_count(num_requests: int | None, duration_s: float | None, rate: float) -> int:
