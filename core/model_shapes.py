@@ -22,6 +22,8 @@ class ModelShape:
     """The numbers that fix a decoder-only transformer's size and cost.
 
     ``family`` picks the block layout: qwen2 has QKV biases, qwen3 has per-head RMSNorm on q and k.
+    ``rope_scaling`` is the HF ``rope_scaling`` object as sorted (key, value) pairs (hashable; None:
+    plain RoPE), e.g. Llama 3.1's ``rope_type=llama3``; ``rope_scaling_dict()`` gives it back.
     ``to_hf_config()`` gives a transformers-compatible ``config.json``; ``from_hf_config()`` reads
     one back, so the simulator can model any real checkpoint by its config alone.
     """
@@ -39,6 +41,10 @@ class ModelShape:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 32768
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        return dict(self.rope_scaling) if self.rope_scaling else None
 
     @property
     def qk_norm(self) -> bool:
@@ -97,6 +103,8 @@ class ModelShape:
             "bos_token_id": 1,
             "eos_token_id": 2,
         }
+        if self.rope_scaling:
+            cfg["rope_scaling"] = self.rope_scaling_dict()
         return cfg
 
     @classmethod
@@ -118,11 +126,27 @@ class ModelShape:
             rope_theta=float(cfg.get("rope_theta", 10000.0)),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
+            rope_scaling=rope_scaling_pairs(cfg),
         )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+
+def rope_scaling_pairs(cfg: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:
+    """An HF config's RoPE scaling (``rope_scaling``, or a non-default ``rope_parameters``) as
+    sorted pairs, or None for plain RoPE."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or None
+    if scaling is None and params.get("rope_type", "default") != "default":
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        return None
+    return tuple(sorted(scaling.items()))
+
+
+LLAMA3_ROPE_SCALING = (("factor", 8.0), ("high_freq_factor", 4.0), ("low_freq_factor", 1.0),
+                       ("original_max_position_embeddings", 8192), ("rope_type", "llama3"))
 
 _LLAMA3_8B = ModelShape("llama3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256,
                         rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192)
@@ -143,6 +167,8 @@ MODEL_SHAPES: Mapping[str, ModelShape] = MappingProxyType({
                    rope_theta=1000000.0, max_position_embeddings=40960),
         _QWEN3_8B,
         _LLAMA3_8B,
+        replace(_LLAMA3_8B, name="llama3.1-8b", max_position_embeddings=131072,
+                rope_scaling=LLAMA3_ROPE_SCALING),
         replace(_LLAMA3_8B, name="llama3-70b", hidden_size=8192, num_layers=80, num_heads=64,
                 intermediate_size=28672),
     )

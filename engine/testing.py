@@ -125,3 +125,47 @@ def reference_processed_row(row, tokens: Sequence[int], prompt_len: int, pos: in
     for t, c in collections.Counter(outs).items():
         row[t] -= params.frequency_penalty * c + params.presence_penalty
     return row
+
+
+def chunked_prefill_logits(llm, prompt: list[int], rows: list[int]):
+    """Logits of one long prompt prefilled by the engine's own scheduler in chunks: run
+    ``prompt`` through ``llm.engine``'s scheduler, model and attention backend step by step until
+    its prefill is done; return (float32 logits at prompt positions ``rows``, the number of
+    steps it took)."""
+    import torch
+
+    from twinserve.core.request import Req
+    from twinserve.core.sampling import SamplingParams
+    from twinserve.engine.models.decoder import ForwardContext
+    from twinserve.engine.step_inputs import build_step_inputs
+
+    eng = llm.engine
+    sched = eng.scheduler
+    req = Req(10**9, prompt, SamplingParams(max_tokens=1, temperature=0))
+    sched.add(req)
+    hidden, steps = [], 0
+    while sum(h.shape[0] for h in hidden) < len(prompt):
+        batch = sched.schedule(0.0)
+        assert len(batch) == 1, "one request, one row a step"
+        inp = build_step_inputs(batch, eng.pool.page_size, eng.pool.scratch_page, {})
+        dev = inp.packed.to(eng.device)
+        v = inp.views(dev)
+        eng.attn.plan(inp.attn)
+        with torch.inference_mode():
+            hidden.append(eng.model(v["ids"], ForwardContext(v["positions"], v["slots"], eng.attn)).clone())
+        sched.complete(batch, np.zeros(len(batch), dtype=np.int64), 0.0)
+        steps += 1
+    h = torch.cat(hidden)
+    with torch.inference_mode():
+        return eng.model.compute_logits(h[torch.tensor(rows, device=h.device)]).float(), steps
+
+
+def hf_logits(hf, prompt: list[int], rows: list[int]):
+    """transformers' logits (as float32) at positions ``rows``: the LM head applied to those rows
+    of the final hidden states only, so a long prompt never materialises [T, vocab]."""
+    import torch
+
+    dev = next(hf.parameters()).device
+    with torch.inference_mode():
+        last = hf.model(torch.tensor([prompt], device=dev)).last_hidden_state[0]
+        return hf.lm_head(last[torch.tensor(rows, device=dev)]).float()

@@ -21,6 +21,7 @@ from twinserve.experiments.build import (CalibrationMismatchWarning, build_workl
                                          resolve_model, scheduler_config)
 from twinserve.core.config_checks import check_kv_fits, check_tp, no_request_ran
 from twinserve.experiments.checks import check_config
+from twinserve.experiments.prefix_report import filter_lines, filters_record, prefix_cache_record
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -86,7 +87,9 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     summary.json: the vLLM benchmark keys of `core.metrics.summarize` at top level, ``run`` (what
     ran: backend, model, hardware, policies, workload; plus backend facts such as the cost model),
     ``over_long`` (requests whose prompt + output exceed max_model_len: count and first ids; they
-    are reported, not trimmed) and ``timing`` (wall time, simulation speed: the only part that
+    are reported, not trimmed), ``filtered`` (what workload filters such as
+    ``workload.max_prompt_tokens`` dropped), ``prefix_cache`` (hit rate, the trace's
+    infinite-cache bound and their ratio: `prefix_report.prefix_cache_record`) and ``timing`` (wall time, simulation speed: the only part that
     differs between two identical runs). ``backend`` (a `Backend` instance) replaces the one the
     config names, e.g. an `EngineBackend` holding an engine shared by several runs.
     """
@@ -100,6 +103,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     hw = hardware_spec(cfg["hardware"])
     ctx = RunContext(cfg, shape, hw, out, _progress(cfg.get("progress")))
     workload = build_workload(cfg["workload"], shape.vocab_size)
+    for line in filter_lines(workload):
+        print(line, file=sys.stderr)
     if (cfg.get("kv") or {}).get("num_pages"):
         sc = scheduler_config(cfg, shape, hw)
         check_kv_fits(sc.num_pages, sc.page_size, workload.prompt_lens, workload.output_lens)
@@ -116,6 +121,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
     summary["run"] = cost_facts({**run_metadata(cfg, ctx, workload), **result.meta}, model.mismatch)
     summary["over_long"] = {"max_model_len": max_len, "count": len(over), "first_ids": over[:10]}
+    summary["filtered"] = filters_record(workload)
+    summary["prefix_cache"] = prefix_cache_record(result.requests, workload)
     summary["rejected"] = {"count": len(result.rejected),
                            "first": [{"rid": r, "reason": why} for r, why in result.rejected[:10]]}
     summary["timing"] = {**result.timing, "run_wall_s": time.perf_counter() - t0}

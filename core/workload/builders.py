@@ -1,8 +1,9 @@
 """`WORKLOADS`: workload names that a Hydra config selects, each a builder taking keyword args.
 
 Every builder accepts ``num_requests``, ``duration_s``, ``time_scale``, ``rate`` and ``seed``.
-For trace workloads (``azure_conv``, ``azure_code``, ``csv``, ``mooncake``) they reshape the
-trace with `shape` (they also take ``start_s``, an offset into the trace); for generators
+For trace workloads (``azure_conv``, ``azure_code``, ``csv``, ``mooncake``, ``mooncake_conv``,
+``mooncake_synthetic``) they reshape the trace with `shape` (they also take ``start_s``, an
+offset into the trace, and ``max_prompt_tokens``, a filter on prompt length); for generators
 ``num_requests``/``rate`` are native parameters and
 ``duration_s`` cuts the generated arrivals.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from twinserve.core.errors import UserError
 from twinserve.core.registry import Registry
 from twinserve.core.workload import generators as gen
 from twinserve.core.workload import loaders
@@ -23,11 +25,13 @@ WORKLOADS: Registry[Workload] = Registry("workload")
 
 def shape(w: Workload, num_requests: int | None = None, duration_s: float | None = None,
           time_scale: float | None = None, rate: float | None = None,
-          start_s: float | None = None) -> Workload:
+          start_s: float | None = None, max_prompt_tokens: int | None = None) -> Workload:
     """Reshape a trace, in this order: (0) ``start_s`` drops the requests of the trace's first
     ``start_s`` seconds (re-based at 0); (1) ``time_scale`` multiplies inter-arrival times;
     (2) ``num_requests`` keeps the first N; (3) ``rate`` rescales what is left to that mean
-    rate (req/s); (4) ``duration_s`` keeps the first seconds of the result (re-based at 0).
+    rate (req/s); (4) ``duration_s`` keeps the first seconds of the result (re-based at 0);
+    (5) ``max_prompt_tokens`` drops the requests of that slice with longer prompts (their count
+    lands in ``Workload.filters``; the kept ones keep their arrival times).
 
     With ``rate`` and ``duration_s`` but no ``num_requests``, step (2) keeps the first
     ``round(rate * duration_s)`` requests, so the slice that runs has the mean rate asked for
@@ -45,7 +49,22 @@ def shape(w: Workload, num_requests: int | None = None, duration_s: float | None
         w = w.with_rate(rate)
     if duration_s is not None:
         w = w.first_seconds(duration_s)
+    if max_prompt_tokens is not None:
+        w = _drop_long_prompts(w, int(max_prompt_tokens))
     return w
+
+
+def _drop_long_prompts(w: Workload, limit: int) -> Workload:
+    """`Workload.drop_long_prompts`, with a `UserError` for a limit below 1 or one that leaves
+    no request."""
+    key = "workload.max_prompt_tokens"
+    if limit < 1:
+        raise UserError(f"{key} must be >= 1 (a prompt length in tokens), got {limit}", key)
+    out = w.drop_long_prompts(limit)
+    if len(w) and not len(out):
+        raise UserError(f"{key}={limit} drops all {len(w)} requests of the slice (its shortest "
+                        f"prompt has {int(w.prompt_lens.min())} tokens)", key)
+    return out
 
 
 def _generated_count(num_requests: int | None, duration_s: float | None, rate: float) -> int:
@@ -64,41 +83,68 @@ def _generated_count(num_requests: int | None, duration_s: float | None, rate: f
 @WORKLOADS.register("azure_conv")
 def azure_conv(num_requests: int | None = None, duration_s: float | None = None,
                time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-               vocab_size: int = 32000, start_s: float | None = None) -> Workload:
+               vocab_size: int = 32000, start_s: float | None = None,
+               max_prompt_tokens: int | None = None) -> Workload:
     """Bundled Azure 2023 conversation trace (19,366 requests, 58 min)."""
     return shape(loaders.load_azure("azure_conv", seed=seed, vocab_size=vocab_size),
-                  num_requests, duration_s, time_scale, rate, start_s)
+                  num_requests, duration_s, time_scale, rate, start_s, max_prompt_tokens)
 
 
 @WORKLOADS.register("azure_code")
 def azure_code(num_requests: int | None = None, duration_s: float | None = None,
                time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-               vocab_size: int = 32000, start_s: float | None = None) -> Workload:
+               vocab_size: int = 32000, start_s: float | None = None,
+               max_prompt_tokens: int | None = None) -> Workload:
     """Bundled Azure 2023 code trace (8,819 requests, 57 min, bursty)."""
     return shape(loaders.load_azure("azure_code", seed=seed, vocab_size=vocab_size),
-                  num_requests, duration_s, time_scale, rate, start_s)
+                  num_requests, duration_s, time_scale, rate, start_s, max_prompt_tokens)
 
 
 @WORKLOADS.register("csv")
 def csv(path: str, num_requests: int | None = None, duration_s: float | None = None,
         time_scale: float | None = None, rate: float | None = None, seed: int = 0,
-        vocab_size: int = 32000, start_s: float | None = None, **columns: Any) -> Workload:
+        vocab_size: int = 32000, start_s: float | None = None, max_prompt_tokens: int | None = None,
+        **columns: Any) -> Workload:
     """Any per-request CSV (`loaders.load_azure` layouts, or columns named in ``columns``:
     ``arrival_col``, ``prompt_col``, ``output_col``, ``time_unit``, ``invalid``)."""
     rows = {"invalid": columns.pop("invalid")} if "invalid" in columns else {}
     w = (loaders.load_csv(path, seed=seed, vocab_size=vocab_size, **rows, **columns) if columns
          else loaders.load_azure(path, seed=seed, vocab_size=vocab_size, **rows))
-    return shape(w, num_requests, duration_s, time_scale, rate, start_s)
+    return shape(w, num_requests, duration_s, time_scale, rate, start_s, max_prompt_tokens)
 
 
 @WORKLOADS.register("mooncake")
 def mooncake(path: str, block_size: int = 512, num_requests: int | None = None,
              duration_s: float | None = None, time_scale: float | None = None,
              rate: float | None = None, seed: int = 0, vocab_size: int = 32000,
-             start_s: float | None = None, **rows: Any) -> Workload:
-    """Mooncake-style JSONL with block ``hash_ids`` (``rows``: `loaders.load_mooncake`'s ``invalid``)."""
+             start_s: float | None = None, max_prompt_tokens: int | None = None,
+             **rows: Any) -> Workload:
+    """Mooncake-style JSONL (``.jsonl`` or ``.jsonl.gz``) with block ``hash_ids`` (``rows``:
+    `loaders.load_mooncake`'s ``invalid``)."""
     w = loaders.load_mooncake(path, block_size=block_size, seed=seed, vocab_size=vocab_size, **rows)
-    return shape(w, num_requests, duration_s, time_scale, rate, start_s)
+    return shape(w, num_requests, duration_s, time_scale, rate, start_s, max_prompt_tokens)
+
+
+@WORKLOADS.register("mooncake_conv")
+def mooncake_conv(num_requests: int | None = None, duration_s: float | None = None,
+                  time_scale: float | None = None, rate: float | None = None, seed: int = 0,
+                  vocab_size: int = 32000, start_s: float | None = None,
+                  max_prompt_tokens: int | None = None, block_size: int = 512) -> Workload:
+    """Bundled Mooncake FAST'25 conversation trace (12,031 requests, 59 min, 512-token block
+    hashes; prompts 12,035 tokens on average, up to 126,195)."""
+    return mooncake("mooncake_conv", block_size, num_requests, duration_s, time_scale, rate, seed,
+                    vocab_size, start_s, max_prompt_tokens)
+
+
+@WORKLOADS.register("mooncake_synthetic")
+def mooncake_synthetic(num_requests: int | None = None, duration_s: float | None = None,
+                       time_scale: float | None = None, rate: float | None = None, seed: int = 0,
+                       vocab_size: int = 32000, start_s: float | None = None,
+                       max_prompt_tokens: int | None = None, block_size: int = 512) -> Workload:
+    """Bundled Mooncake FAST'25 synthetic trace (3,993 requests, Poisson arrivals, 512-token
+    block hashes, prompts 15,325 tokens on average)."""
+    return mooncake("mooncake_synthetic", block_size, num_requests, duration_s, time_scale, rate,
+                    seed, vocab_size, start_s, max_prompt_tokens)
 
 
 @WORKLOADS.register("sharegpt")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import warnings
 from collections.abc import Callable, Sequence
@@ -24,14 +26,19 @@ BUNDLED = MappingProxyType({
     "azure_conv": "azure2023_conv.csv",
     "azure_code": "azure2023_code.csv",
 })
+BUNDLED_MOONCAKE = MappingProxyType({
+    "mooncake_conv": "mooncake_conversation.jsonl.gz",
+    "mooncake_synthetic": "mooncake_synthetic.jsonl.gz",
+})
 Tokenize = Callable[[str], Sequence[int] | np.ndarray]
 
 
 def bundled_path(name: str) -> Any:
     """The packaged copy of a bundled trace (an importlib.resources Traversable)."""
-    if name not in BUNDLED:
-        raise KeyError(f"unknown bundled trace '{name}'; known: {', '.join(BUNDLED)}")
-    return resources.files("twinserve.core.workload").joinpath("data", BUNDLED[name])
+    files = {**BUNDLED, **BUNDLED_MOONCAKE}
+    if name not in files:
+        raise KeyError(f"unknown bundled trace '{name}'; known: {', '.join(files)}")
+    return resources.files("twinserve.core.workload").joinpath("data", files[name])
 
 
 def _specs_from_columns(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -135,16 +142,31 @@ def load_azure(path_or_name: str | Path, seed: int = 0, vocab_size: int = 32000,
     return Workload(specs, name=Path(key).stem, seed=seed, vocab_size=vocab_size)
 
 
-def load_mooncake(path: str | Path, block_size: int = 512, seed: int = 0,
-                  vocab_size: int = 32000, invalid: str = "raise") -> Workload:
-    """Mooncake-style JSONL: one object per line with ``timestamp`` (ms), ``input_length``,
-    ``output_length`` and optionally ``hash_ids`` (one per ``block_size`` prompt tokens; equal
-    ids mean identical blocks). Arrivals are re-based so the first request arrives at 0."""
+def _open_text(path: str | Path | Any) -> io.TextIOBase:
+    """A text stream over ``path`` (a path or a resources Traversable); gunzipped when the name
+    ends in ``.gz``."""
+    name = str(getattr(path, "name", path))
+    raw = path.open("rb") if not isinstance(path, (str, Path)) else open(path, "rb")
+    if name.endswith(".gz"):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+    return io.TextIOWrapper(raw, encoding="utf-8")
+
+
+def load_mooncake(path: str | Path | Any, block_size: int = 512, seed: int = 0,
+                  vocab_size: int = 32000, invalid: str = "raise", name: str | None = None) -> Workload:
+    """Mooncake-style JSONL (gzipped when the name ends in ``.gz``; a bundled name such as
+    ``mooncake_conv`` reads the packaged copy): one object per line with ``timestamp`` (ms),
+    ``input_length``, ``output_length`` and optionally ``hash_ids`` (one per ``block_size``
+    prompt tokens; equal ids mean identical blocks). Arrivals are re-based so the first request
+    arrives at 0."""
+    if str(path) in BUNDLED_MOONCAKE:
+        name = name or str(path)
+        path = bundled_path(str(path))
     ts: list[float] = []
     inp: list[float] = []
     out: list[float] = []
     hashes: list[tuple[int, ...] | None] = []
-    with open(path, encoding="utf-8") as f:
+    with _open_text(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -166,7 +188,7 @@ def load_mooncake(path: str | Path, block_size: int = 512, seed: int = 0,
     base = _specs_from_columns(arrival, np.asarray(inp), np.asarray(out), str(path), invalid)
     specs = [RequestSpec(s.rid, s.arrival, s.prompt_len, s.output_len, hash_ids=hashes[s.rid])
              for s in base]
-    return Workload(specs, name=Path(path).stem, seed=seed, vocab_size=vocab_size,
+    return Workload(specs, name=name or Path(str(path)).stem, seed=seed, vocab_size=vocab_size,
                     block_size=block_size)
 
 

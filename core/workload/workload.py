@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, overload
 
 import numpy as np
@@ -16,6 +17,17 @@ from twinserve.core.workload.spec import RequestSpec
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DropCount:
+    """What one filter removed: its ``limit``, how many requests it ``dropped`` and ``kept``, and
+    the first dropped ids (at most ten)."""
+
+    limit: int
+    dropped: int
+    kept: int
+    first_ids: tuple[int, ...] = ()
 
 
 class Workload:
@@ -33,10 +45,13 @@ class Workload:
     Workloads are immutable; every transformation (``head``, ``window``, ``scale_time``, ...)
     returns a new one with the same ``seed``, so a request keeps its tokens when the trace is
     sliced or rescaled. Arrays returned by the token methods must not be written to.
+    ``filters`` records what filters removed (a read-only mapping, filter name -> `DropCount`),
+    carried unchanged by every transformation.
     """
 
     def __init__(self, specs: Iterable[RequestSpec], name: str = "workload", seed: int = 0,
-                 vocab_size: int = 32000, block_size: int = 512) -> None:
+                 vocab_size: int = 32000, block_size: int = 512,
+                 filters: Mapping[str, DropCount] | None = None) -> None:
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
         if block_size < 1:
@@ -58,6 +73,7 @@ class Workload:
         self.seed = int(seed)
         self.vocab_size = int(vocab_size)
         self.block_size = int(block_size)
+        self.filters: Mapping[str, DropCount] = MappingProxyType(dict(filters or {}))
         top = -1
         for s in specs:
             for a in (s.tokens, s.output_tokens):
@@ -130,7 +146,7 @@ class Workload:
     # ---- transformations (each returns a new Workload) ----------------------------------------
     def _derive(self, specs: Iterable[RequestSpec], **changes: Any) -> Workload:
         kw = dict(name=self.name, seed=self.seed, vocab_size=self.vocab_size,
-                  block_size=self.block_size)
+                  block_size=self.block_size, filters=self.filters)
         kw.update(changes)
         return Workload(specs, **kw)
 
@@ -187,6 +203,16 @@ class Workload:
     def with_vocab(self, vocab_size: int) -> Workload:
         """The same requests with token ids drawn from (or folded into) ``[0, vocab_size)``."""
         return self._derive(self._specs, vocab_size=vocab_size)
+
+    def drop_long_prompts(self, max_prompt_tokens: int) -> Workload:
+        """The requests whose prompt has at most ``max_prompt_tokens`` tokens; what was dropped is
+        recorded as ``filters["max_prompt_tokens"]``."""
+        if max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
+        keep = [s for s in self._specs if s.prompt_len <= max_prompt_tokens]
+        gone = [s.rid for s in self._specs if s.prompt_len > max_prompt_tokens]
+        record = DropCount(int(max_prompt_tokens), len(gone), len(keep), tuple(gone[:10]))
+        return self._derive(keep, filters={**self.filters, "max_prompt_tokens": record})
 
     def over_long(self, max_model_len: int) -> list[int]:
         """Rids whose ``prompt_len + output_len`` exceeds ``max_model_len`` (nothing is trimmed)."""

@@ -15,7 +15,8 @@ from twinserve.experiments.report.plotting import Plot
 
 HEADLINE = ("series", "backend", "policy", "cache", "rate", "completed", "request_throughput",
             "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
-            "slo_attainment", "slo_goodput")
+            "slo_attainment", "slo_goodput", "prefix_cache.hit_rate", "prefix_cache.of_bound")
+METRIC_SUFFIXES = ("_ms", "throughput", "slo_attainment", "goodput", "hit_rate", "of_bound")
 
 
 def fmt(value: object) -> str:
@@ -47,8 +48,7 @@ def headline_table(df: pd.DataFrame, columns: Sequence[str] = HEADLINE) -> pd.Da
     value for every run (say ``backend`` in a simulator-only sweep) are dropped, except the
     metrics."""
     cols = [c for c in columns if c in df]
-    keep = [c for c in cols if not c.endswith(("_ms", "throughput", "slo_attainment", "goodput"))
-            and c != "completed"]
+    keep = [c for c in cols if not c.endswith(METRIC_SUFFIXES) and c != "completed"]
     drop = [c for c in keep if c != "series" and df[c].astype(str).nunique() <= 1]
     if "series" in cols and any(c in cols for c in ("policy", "cache")):
         drop += [c for c in ("policy", "cache") if c in cols]

@@ -57,14 +57,40 @@ PlotFn = Callable[[PlotContext], list[Plot]]
 PLOTS: Registry[PlotFn] = Registry("plot")
 
 
+# Overrides that never name a series: the policy labels (in ``combo``), the x axis and the seed
+# (runs that differ only in it are replicates, pooled in one series).
+NOT_SWEPT = frozenset({"scheduler", "cache", "backend", "workload", "rate", "workload.rate", "seed"})
+
+
+def swept_knobs(df: pd.DataFrame) -> list[str]:
+    """Override keys (of the ``overrides`` column) outside `NOT_SWEPT` and ``hydra.*`` whose
+    value differs between runs, e.g. ``kv.num_pages`` in a sweep over pool sizes; sorted."""
+    if "overrides" not in df:
+        return []
+    rows = [dict(kv.split("=", 1) for kv in str(o).split() if "=" in kv) for o in df["overrides"]]
+    keys = sorted({k for r in rows for k in r if k not in NOT_SWEPT and not k.startswith("hydra.")})
+    return [k for k in keys if len({r.get(k) for r in rows}) > 1]
+
+
+def swept_label(df: pd.DataFrame) -> pd.Series:
+    """`` key=value`` for each of the `swept_knobs` of every run ('' when none)."""
+    label = pd.Series("", index=df.index)
+    for key in swept_knobs(df):
+        values = df["overrides"].astype(str).map(
+            lambda o, k=key: next((kv.split("=", 1)[1] for kv in o.split() if kv.startswith(k + "=")), "-"))
+        label = label + f" {key}=" + values
+    return label
+
+
 def add_series(df: pd.DataFrame) -> pd.DataFrame:
-    """Name each run's line: ``combo``, plus ``[backend]`` and ``@workload`` when those vary."""
+    """Name each run's line: ``combo``, plus ``[backend]`` and ``@workload`` when those vary, plus
+    `` key=value`` for the other swept overrides (`swept_knobs`)."""
     out = df.copy()
     series = out["combo"].astype(str) if "combo" in out else pd.Series("run", index=out.index)
     for col, fmt in (("backend", " [{}]"), ("workload", " @{}")):
         if col in out and out[col].astype(str).nunique() > 1:
             series = series + out[col].astype(str).map(fmt.format)
-    out["series"] = series
+    out["series"] = series + swept_label(out)
     return out
 
 
@@ -97,8 +123,8 @@ LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
 
 def series_styles(df: pd.DataFrame) -> dict[str, dict]:
     """Line style per series: the color names the policy (and workload when it varies), the
-    dash pattern the cache (and backend when it varies), so ``fcfs+radix`` and ``fcfs+none``
-    share a color and differ in dashes. Needs the ``series`` column (``add_series``)."""
+    dash pattern the cache (and backend and the `swept_knobs` when they vary), so ``fcfs+radix``
+    and ``fcfs+none`` share a color and differ in dashes. Needs the ``series`` column (``add_series``)."""
     def col(name: str) -> pd.Series:
         return df[name].astype(str) if name in df else pd.Series("", index=df.index)
 
@@ -107,7 +133,7 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
         return c if c.nunique() > 1 else pd.Series("", index=df.index)
 
     hue = col("policy") + varying("workload")
-    dash = col("cache") + varying("backend")
+    dash = col("cache") + varying("backend") + swept_label(df)
     palette = colors(hue.unique().tolist())
     dashes = {d: LINESTYLES[i % len(LINESTYLES)] for i, d in enumerate(sorted(dash.unique()))}
     return {s: {"color": palette[h], "ls": dashes[d]}

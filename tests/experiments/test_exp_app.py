@@ -302,3 +302,23 @@ def test_the_simulators_scheduler_takes_the_models_gqa_group(make_cfg: Any) -> N
         return scheduler_config(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"])).gqa_group
 
     assert group("model=qwen3-0.6b") == 2 and group("model=llama3-8b") == 4 and group("model=llama3-8b", "tp=2") == 4
+
+
+def test_summary_reports_the_prefix_hit_rate_its_bound_and_the_dropped_prompts(
+        make_cfg: Any, tmp_path: Path, capsys: Any) -> None:
+    jl = tmp_path / "m.jsonl"
+    rows = [{"timestamp": 500 * i, "input_length": 1100, "output_length": 20, "hash_ids": [7, 8, 100 + i]}
+            for i in range(12)]
+    rows[3] = {"timestamp": 1500, "input_length": 5000, "output_length": 20, "hash_ids": list(range(200, 210))}
+    rows[7] = {"timestamp": 3500, "input_length": 4000, "output_length": 20, "hash_ids": [7, 8, *range(300, 306)]}
+    jl.write_text("\n".join(json.dumps(r) for r in rows))
+    s = run_experiment(make_cfg("workload=mooncake", f"workload.path={jl}", "workload.max_prompt_tokens=2000",
+                                "kv.num_pages=2000"), tmp_path / "out")
+    assert s["filtered"] == {"max_prompt_tokens": {"limit": 2000, "dropped": 2, "kept": 10, "first_ids": [3, 7]}}
+    assert "workload.max_prompt_tokens=2000 dropped 2 request(s)" in capsys.readouterr().err
+    assert s["completed"] == 10
+    pc = s["prefix_cache"]
+    assert pc["prompt_tokens"] == s["total_input_tokens"] == 10 * 1100
+    assert pc["cached_tokens"] == s["total_cached_tokens"] and pc["hit_rate"] == pytest.approx(pc["cached_tokens"] / 11000)
+    assert pc["bound_tokens"] == 9 * 1024 and pc["bound_hit_rate"] == pytest.approx(9 * 1024 / 11000)
+    assert 0.9 <= pc["of_bound"] <= 1.0 and pc["of_bound"] == pytest.approx(pc["hit_rate"] / pc["bound_hit_rate"])

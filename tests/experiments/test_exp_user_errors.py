@@ -107,6 +107,12 @@ def test_a_kv_pool_too_small_for_any_request(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "summary.json").exists()  # no summary of nan metrics
 
 
+@pytest.mark.parametrize("limit, says", [("0", "must be >= 1"), ("100", "drops all 20 requests")])
+def test_a_max_prompt_tokens_that_leaves_nothing(limit: str, says: str, tmp_path: Path) -> None:
+    err = user_error(RUN, "workload=mooncake_conv", f"workload.max_prompt_tokens={limit}", *SMALL, cwd=tmp_path)
+    assert "workload.max_prompt_tokens" in err and says in err
+
+
 def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
     err = user_error(RUN, "tp=3", *SMALL, cwd=tmp_path)
     assert "tp=3" in err and "32 attention heads and 8 KV heads" in err and "allowed: tp in [1, 2, 4, 8" in err
