@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
-from twinserve.core.errors import UserError
+from twinserve.core.errors import UserError, bad_value
 from twinserve.server.config import ServerConfig
 
 # The registry names the served engine uses.
@@ -90,7 +90,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
 
 def check_served(cfg: Mapping[str, Any]) -> None:
     """The composed config's mistakes a user can fix, before any process starts: keys left at
-    ``???``, unknown policy names, a missing ``model.path``, a ``tp`` the model cannot split."""
+    ``???``, unknown policy names, a missing ``model.path``, ``replicas`` above 1, a ``tp`` the
+    model cannot split."""
     import json
     from pathlib import Path
 
@@ -104,6 +105,10 @@ def check_served(cfg: Mapping[str, Any]) -> None:
     check_mandatory(cfg)
     check_names(cfg, SERVED_NAMES)
     check_model(cfg)
+    replicas = int(cfg.get("replicas", 1) or 1)
+    if replicas > 1:
+        raise bad_value("replicas", replicas, "twinserve-serve runs one engine worker; allowed: replicas=1 "
+                                              "(several engines behind a router: twinserve-run backend=engine)")
     path = (cfg.get("model") or {}).get("path")
     if path:
         p = Path(str(path))
