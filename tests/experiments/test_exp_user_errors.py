@@ -144,8 +144,8 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps(get_shape("tiny-llama").to_hf_config()))
     err = user_error(SERVE, f"model.path={model}", "tp=3", cwd=tmp_path)
     assert "tp=3" in err and "allowed: tp in" in err
-    err = user_error(SERVE, f"model.path={model}", "replicas=2", cwd=tmp_path)
-    assert "replicas=2" in err and "twinserve-serve runs one engine worker" in err
+    err = user_error(SERVE, f"model.path={model}", "replicas=2", "router=nope", cwd=tmp_path)
+    assert "router=nope" in err and "known: cache_aware" in err
     err = user_error(SERVE, f"model.path={model}", "server.nope=1", cwd=tmp_path)
     assert "unknown server keys ['nope']" in err
     no_torch = [sys.executable, "-c", NO_TORCH.format(prog="twinserve-serve", module="twinserve.server.launch")]
