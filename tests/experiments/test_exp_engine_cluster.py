@@ -19,7 +19,7 @@ CLUSTER = ["backend=engine", "backend.device=cpu", "backend.warmup=false", "mode
            "backend.cpu_kv_tokens=2048", "kv.num_pages=null"]
 
 
-@pytest.mark.parametrize("router", ["round_robin", "cache_aware"])
+@pytest.mark.parametrize("router", ["round_robin", "least_loaded", "prefix_affinity", "cache_aware"])
 def test_two_engines_behind_a_router(make_cfg: Any, tmp_path: Path, router: str) -> None:
     s = run_experiment(make_cfg(*CLUSTER, f"router={router}"), tmp_path)
     req = pd.read_parquet(tmp_path / "requests.parquet")
@@ -29,5 +29,5 @@ def test_two_engines_behind_a_router(make_cfg: Any, tmp_path: Path, router: str)
     assert list(req.rid) == sorted(req.rid) and set(steps.replica) <= {0, 1}
     if router == "round_robin":
         assert list(req.replica) == [0, 1] * 4 and set(steps.replica) == {0, 1}
-    else:  # each group stays where its prefix is cached (the engines are idle between arrivals)
+    elif router != "least_loaded":  # each group stays where its prefix is cached
         assert (req.cached_tokens > 0).sum() >= 8 - 2

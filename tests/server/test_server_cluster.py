@@ -69,3 +69,27 @@ def test_requests_go_to_both_replicas_and_a_dead_one_is_routed_around(cluster) -
     health = _until(lambda: (h := httpx.get(f"{url}/health", timeout=5)).json().get("status") == "degraded" and h)
     assert health.status_code == 200 and health.json()["replicas_down"] == [1]
     assert [complete(f"after {i}") for i in range(4)] == [3] * 4  # all served by replica 0
+
+
+def test_prefix_affinity_sends_a_shared_prefix_where_it_was_sent_before(tiny_model: str) -> None:
+    from twinserve.server.launch import start_server
+
+    prefix = list(range(100, 164))  # 4 pages of 16 tokens (vocabulary: 1024)
+
+    def generate(url: str, ids: list[int]) -> None:
+        r = httpx.post(f"{url}/generate", json={"input_ids": ids, "max_tokens": 2, "ignore_eos": True}, timeout=30)
+        assert r.status_code == 200, r.text
+
+    with start_server(_engine_config(tiny_model), replicas=2, router="prefix_affinity", debug=True,
+                      request_timeout_s=60.0, env={"OMP_NUM_THREADS": "1"}) as h:
+        for i in range(4):  # the prefix every third request: round robin would alternate its replica
+            generate(h.url, prefix + [7, 8, 9 + i])
+            for j in range(2):
+                generate(h.url, list(range(200 + 100 * (2 * i + j), 240 + 100 * (2 * i + j))))
+
+        def hits() -> list | None:
+            reps = httpx.get(f"{h.url}/debug/engine", timeout=5).json()["replicas"]
+            got = [r.get("prefix_cache_hit_tokens", 0) for r in reps.values()]
+            return got if len(got) == 2 and max(got) >= 3 * 64 else None
+
+        _until(hits)  # the three later requests found the prefix on the replica the first went to
