@@ -31,9 +31,10 @@ class EngineBackend(Backend):
     ``engine``, every run replays on that engine (the caller owns it; its config must match the
     runs'), which saves building and warming one per run.
 
-    ``replicas=N`` (N > 1) builds N engines in this process (`engine.cluster.replica_devices`:
-    all on the CPU, or one GPU each) and replays on them behind ``router`` (`replay_cluster`),
-    the ``replica`` column of both tables filled.
+    ``replicas=N`` (N > 1) builds N engines in this process (`engine.cluster.place_replicas`:
+    all on the CPU, one GPU each, or all on one GPU with an equal share of its KV memory each)
+    and replays on them behind ``router`` (`replay_cluster`), the ``replica`` column of both
+    tables filled.
     """
 
     multi_replica = True
@@ -60,9 +61,7 @@ class EngineBackend(Backend):
         return BackendResult(requests_frame(reqs, 0), steps_frame(records), _skipped(workload, reqs), meta)
 
     def _run_cluster(self, ctx: RunContext, workload: Workload) -> BackendResult:
-        from dataclasses import replace
-
-        from twinserve.engine.cluster import replay_cluster, replica_devices
+        from twinserve.engine.cluster import place_replicas, replay_cluster, replica_configs
         from twinserve.engine.engine import Engine
         from twinserve.policies import ROUTING
 
@@ -71,15 +70,18 @@ class EngineBackend(Backend):
         cfg, b = ctx.cfg, ctx.cfg["backend"]
         router = ROUTING.create(str(cfg.get("router", "round_robin")), **dict(plain(cfg.get("router_kwargs")) or {}))
         base = engine_config(ctx)
-        devices = replica_devices(base.device, int(cfg["replicas"]), base.tp_size)
+        placement = place_replicas(base.device, int(cfg["replicas"]), base.tp_size, shared_ok=True)
+        devices = placement.devices
         engines: list[Any] = []
         try:
-            for d in devices:
-                engines.append(Engine(replace(base, device=d)))
+            engines.append(Engine(replica_configs(base, placement)[0]))
+            for c in replica_configs(base, placement, engines[0].sched_config.num_pages)[1:]:
+                engines.append(Engine(c))
             out = replay_cluster(engines, router, workload, progress=ctx.progress,
                                  warmup=bool(b.get("warmup", True)))
             meta = {"hardware": device_hardware(engines[0]), "engine_config": _used_config(engines[0]),
-                    "replica_devices": devices}
+                    "replica_devices": devices, "replicas_share_gpu": placement.shared,
+                    "replica_num_pages": [int(e.sched_config.num_pages) for e in engines]}
         finally:
             for e in engines:
                 e.shutdown()

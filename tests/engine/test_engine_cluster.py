@@ -1,4 +1,5 @@
-"""Several tiny engines on the CPU behind a router: `replay_cluster` and `replica_devices`."""
+"""Several tiny engines on the CPU behind a router (`replay_cluster`), and where replicas go
+(`place_replicas`, `replica_configs`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 
 from twinserve.core.request import ReqState
 from twinserve.core.workload import shared_prefix
-from twinserve.engine.cluster import replay_cluster, replica_devices
+from twinserve.core.errors import UserError
+from twinserve.engine.cluster import place_replicas, replay_cluster, replica_configs, replica_devices
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
 from twinserve.policies import ROUTING
@@ -54,3 +56,27 @@ def test_prefix_affinity_keeps_each_group_on_the_replica_that_caches_it(two_engi
 
 def test_replica_devices_on_the_cpu() -> None:
     assert replica_devices("cpu", 3) == ["cpu", "cpu", "cpu"]
+
+
+def test_replicas_take_a_gpu_each_or_share_one_where_allowed() -> None:
+    assert place_replicas("cuda", 2, gpu_count=2).devices == ["cuda:0", "cuda:1"]
+    assert place_replicas("cuda:1", 2, tp_size=2, gpu_count=5).devices == ["cuda:1", "cuda:3"]
+    with pytest.raises(UserError, match="needs 2 GPUs, this host has 1"):
+        place_replicas("cuda", 2, gpu_count=1)
+    shared = place_replicas("cuda", 3, gpu_count=1, shared_ok=True)
+    assert shared.devices == ["cuda:0"] * 3 and shared.shared
+    with pytest.raises(UserError, match="only at tp=1"):
+        place_replicas("cuda", 2, tp_size=2, gpu_count=2, shared_ok=True)
+
+
+def test_replicas_sharing_a_gpu_split_its_kv_memory() -> None:
+    base = EngineConfig(model="m", device="cuda", mem_fraction=0.9)
+    shared = place_replicas("cuda", 3, gpu_count=1, shared_ok=True)
+    (first,) = replica_configs(base, shared)
+    assert (first.device, first.mem_fraction, first.num_pages) == ("cuda:0", pytest.approx(0.3), None)
+    cfgs = replica_configs(base, shared, first_num_pages=1234)
+    assert [c.num_pages for c in cfgs] == [None, 1234, 1234] and cfgs[0] == first
+    fixed = replica_configs(EngineConfig(model="m", device="cuda", num_pages=500), shared)
+    assert [(c.num_pages, c.mem_fraction) for c in fixed] == [(500, 0.9)] * 3
+    own = replica_configs(base, place_replicas("cuda", 2, gpu_count=2))
+    assert [(c.device, c.mem_fraction) for c in own] == [("cuda:0", 0.9), ("cuda:1", 0.9)]
