@@ -19,7 +19,7 @@ NAMED_KEYS: tuple[NamedKey, ...] = (
     NamedKey("scheduler.name", "scheduling policy", registry_names("twinserve.policies", "SCHEDULING")),
     NamedKey("memory.name", "memory policy", registry_names("twinserve.policies", "MEMORY")),
     NamedKey("cache.name", "prefix cache", registry_names("twinserve.policies", "CACHE")),
-    NamedKey("router", "router", registry_names("twinserve.simulator.router", "ROUTERS")),
+    NamedKey("router", "router", registry_names("twinserve.policies", "ROUTING")),
     NamedKey("workload.name", "workload", registry_names("twinserve.core.workload.builders", "WORKLOADS")),
     NamedKey("cost_model.name", "cost model", registry_names("twinserve.simulator.cost", "COST_MODELS"), ("auto",)),
     NamedKey("hardware.name", "hardware", registry_names("twinserve.simulator.hardware", "HARDWARE")),

@@ -1,7 +1,7 @@
-"""Policy plugins, each registered by name: scheduling, memory, cache."""
+"""Policy plugins, each registered by name: scheduling, memory, cache, routing."""
 
-from twinserve.policies import cache, memory, scheduling  # noqa: F401  (registers built-ins)
+from twinserve.policies import cache, memory, routing, scheduling  # noqa: F401  (registers built-ins)
 from twinserve.policies.factory import build_scheduler
-from twinserve.policies.registries import CACHE, MEMORY, SCHEDULING
+from twinserve.policies.registries import CACHE, MEMORY, ROUTING, SCHEDULING
 
-__all__ = ["CACHE", "MEMORY", "SCHEDULING", "build_scheduler"]
+__all__ = ["CACHE", "MEMORY", "ROUTING", "SCHEDULING", "build_scheduler"]

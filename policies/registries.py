@@ -1,4 +1,4 @@
-"""The three policy registries; Hydra picks entries by name (``scheduler=lpm cache=radix``)."""
+"""The policy registries; Hydra picks entries by name (``scheduler=lpm cache=radix router=cache_aware``)."""
 
 from __future__ import annotations
 
@@ -7,3 +7,4 @@ from twinserve.core.registry import Registry
 SCHEDULING: Registry = Registry("scheduling policy")
 MEMORY: Registry = Registry("memory policy")
 CACHE: Registry = Registry("prefix cache")
+ROUTING: Registry = Registry("router")

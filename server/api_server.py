@@ -249,9 +249,12 @@ def _register_routes(app: FastAPI) -> None:
 
     @app.get("/health", responses={503: ERROR_RESPONSES[503]})
     async def health(request: Request) -> Response:
-        down = _state(request).client.unavailable
+        client = _state(request).client
+        down = client.unavailable
         if down is not None:
             return JSONResponse(error_body(503, down), status_code=503)
+        if client.replicas_down:
+            return JSONResponse({"status": "degraded", "replicas_down": sorted(client.replicas_down)})
         return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")

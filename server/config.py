@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_N_LIMIT = 128  # the largest server.max_n
 
@@ -30,6 +30,10 @@ class ServerConfig:
       call needs ``Authorization: Bearer <key>`` (401 otherwise).
     - ``debug``: serve ``/debug/*`` (process ids, IPC paths, engine stats); off by default.
     - ``max_n``: the largest ``n`` (outputs per request) a request may ask for (at most `MAX_N_LIMIT`).
+    - ``replicas`` / ``router`` / ``router_kwargs``: how many engine workers serve behind the one
+      API server, and the `twinserve.policies.routing` router the tokenizer worker picks one with
+      per request (``twinserve-serve`` takes them from the run config's ``replicas``, ``router``
+      and ``router_kwargs``).
     """
 
     host: str = "127.0.0.1"
@@ -48,6 +52,9 @@ class ServerConfig:
     debug: bool = False
     log_level: str = "warning"
     max_n: int = 16
+    replicas: int = 1
+    router: str = "round_robin"
+    router_kwargs: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         if not (0 <= self.port < 65536):
@@ -65,5 +72,7 @@ class ServerConfig:
             raise ValueError(f"server.max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.retry_after_s < 0:
             raise ValueError(f"server.retry_after_s must be >= 0, got {self.retry_after_s}")
+        if self.replicas < 1:
+            raise ValueError(f"server.replicas must be >= 1, got {self.replicas}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("server.api_key must not be empty (null: no key)")

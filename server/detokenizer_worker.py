@@ -31,7 +31,11 @@ from twinserve.server.tokenization import TextStream, TextTokenizer
 
 @dataclass(slots=True)
 class DetokenizerWorkerConfig:
+    """The tokenizer to decode with; ``replicas``: the engine replicas a stop-string abort goes
+    to (each ignores a request it does not hold)."""
+
     tokenizer_path: str
+    replicas: int = 1
 
 
 def held_suffix(text: str, stops: list[str]) -> int:
@@ -148,7 +152,7 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
     detok = Detokenizer(TextTokenizer(cfg.tokenizer_path))
     inbox = pull_socket(ctx.zmq_ctx, ctx.paths.detokenizer)
     to_api = push_socket(ctx.zmq_ctx, ctx.paths.api)
-    to_engine = push_socket(ctx.zmq_ctx, ctx.paths.engine)
+    to_engines = [push_socket(ctx.zmq_ctx, ctx.paths.engine_of(r)) for r in range(max(1, cfg.replicas))]
     try:
         ctx.announce()
         while True:
@@ -156,7 +160,8 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
                 if isinstance(msg, StepOutputs):
                     deltas, aborts = detok.outputs(msg)
                     for rid in aborts:
-                        send(to_engine, AbortRequest(rid, "stop"))
+                        for sock in to_engines:
+                            send(sock, AbortRequest(rid, "stop"))
                     if deltas:
                         send(to_api, DetokOutputs(deltas, msg.t))
                 elif isinstance(msg, Accepted):
@@ -165,5 +170,5 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
                 elif isinstance(msg, (ErrorReply, EngineStats, RequestTimes)):
                     send(to_api, msg)
     finally:
-        for s in (inbox, to_api, to_engine):
+        for s in (inbox, to_api, *to_engines):
             s.close(linger=0)

@@ -22,9 +22,10 @@ from twinserve.server.errors import APIError
 from twinserve.server.health import EngineHeartbeat
 from twinserve.server.ipc import IpcPaths
 from twinserve.server.messages import (
-    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, RequestTimes, TextDelta,
+    AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, ReplicaDown, RequestTimes, TextDelta,
     TokenizeRequest, decode, encode,
 )
+from twinserve.server.replica_stats import CUMULATIVE_STATS, merge_stats
 from twinserve.server.metrics import ServerMetrics
 
 
@@ -52,6 +53,7 @@ class RequestStream:
     finish_reason: str | None = None
     t_first: float | None = None
     t_last: float | None = None
+    replica: int | None = None  # the engine replica that accepted it (None until ``Accepted``)
 
     def usage(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -65,7 +67,10 @@ class EngineClient:
     Invariant: a rid is in ``live`` from ``submit`` until its finishing delta, its error, or
     ``abort``; messages for rids not in ``live`` are dropped. ``submit`` registers nothing when it
     raises. ``unavailable`` is why new requests get 503: a dead worker (``down``, for good) or a
-    stalled engine (``heartbeat.stalled``, until the next heartbeat).
+    stalled engine (``heartbeat.stalled``, until the next heartbeat). With several engine
+    replicas, ``replicas_down`` holds those taken out of rotation (`replica_down`); the engine
+    gauges are the live replicas' latest ``EngineStats`` merged (`merge_stats`), and a beat from
+    any replica counts as the heartbeat.
     """
 
     def __init__(self, paths: IpcPaths, metrics: ServerMetrics, request_timeout_s: float | None,
@@ -88,6 +93,8 @@ class EngineClient:
         self.heartbeat = EngineHeartbeat(engine_stall_s)
         self.retry_after_s = retry_after_s
         self._rids = itertools.count(1)
+        self.replica_stats: dict[int, dict[str, Any]] = {}
+        self.replicas_down: dict[int, str] = {}
 
     @property
     def unavailable(self) -> str | None:
@@ -212,6 +219,7 @@ class EngineClient:
             st = self.live.get(msg.rid)
             if st is not None:
                 st.prompt_tokens = msg.prompt_tokens
+                st.replica = msg.replica
                 st.queue.put_nowait(msg)
         elif isinstance(msg, ErrorReply):
             st = self.live.get(msg.rid)
@@ -219,10 +227,11 @@ class EngineClient:
                 st.queue.put_nowait(msg)
         elif isinstance(msg, EngineStats):
             self.heartbeat.beat()
-            if self.down is None:
-                self.stats = msg.stats
+            if self.down is None and msg.replica not in self.replicas_down:
+                self.replica_stats[msg.replica] = msg.stats
+                self.stats = merge_stats(self.replica_stats)
                 self.stats_time = msg.t
-                self.metrics.update_engine(msg.stats)
+                self.metrics.update_engine(self.stats)
         elif isinstance(msg, RequestTimes):
             self.metrics.observe_request_times(msg)
 
@@ -243,6 +252,29 @@ class EngineClient:
         if rids:
             self.metrics.aborted.labels(reason="server").inc(len(rids))
         return rids
+
+    async def replica_down(self, replica: int, message: str) -> None:
+        """Take engine ``replica`` out of rotation: the tokenizer routes nothing to it again;
+        the live requests it had accepted fail with 503 and ``message``, and so do those no
+        replica has accepted yet (this process cannot tell where they were routed; their aborts
+        free them wherever they landed). Its last gauges stay out of the merged ones, its
+        counters in."""
+        if replica in self.replicas_down or self.down is not None:
+            return
+        self.replicas_down[replica] = message
+        await self.to_tok.send(encode(ReplicaDown(replica, message)))
+        last = self.replica_stats.get(replica)
+        if last is not None:
+            self.replica_stats[replica] = {k: v for k, v in last.items() if k in CUMULATIVE_STATS}
+        self.stats = merge_stats(self.replica_stats)
+        self.metrics.update_engine(self.stats)
+        hit = [rid for rid, st in self.live.items() if st.replica in (replica, None)]
+        for rid in hit:
+            self.live[rid].queue.put_nowait(ErrorReply(rid, 503, message, "service_unavailable"))
+        if hit:
+            self.metrics.aborted.labels(reason="server").inc(len(hit))
+        for rid in hit:
+            await self.to_tok.send(encode(AbortRequest(rid, "replica_down")))
 
     def fail_all(self, status: int, message: str) -> None:
         """Mark the pipeline down for good, end every live request with ``status``, zero the

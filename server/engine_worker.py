@@ -21,6 +21,7 @@ whatever the scheduler has admitted so far.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class EngineWorkerConfig:
     queue_limit: int | None
     stats_interval_s: float
     keep_step_records: bool = False
+    replicas: int = 1
 
 
 def engine_info(engine: Any) -> dict[str, Any]:
@@ -61,7 +63,21 @@ def engine_info(engine: Any) -> dict[str, Any]:
     vocab = getattr(engine, "vocab_size", None)
     if vocab is not None:
         info["vocab_size"] = int(vocab)
+    page_size = getattr(getattr(engine, "sched_config", None), "page_size", None)
+    if page_size is not None:
+        info["page_size"] = int(page_size)
     return info
+
+
+def routing_stats(engine: Any) -> dict[str, float]:
+    """What a router reads besides the gauges (`policies.routing.ReplicaView`): the tokens the
+    engine still has to compute (0 for an engine without a scheduler)."""
+    sched = getattr(engine, "scheduler", None)
+    if sched is None:
+        return {"outstanding_tokens": 0.0}
+    from twinserve.policies.routing import SchedulerView
+
+    return {"outstanding_tokens": float(SchedulerView(sched).outstanding_tokens)}
 
 
 def engine_counters(engine: Any) -> dict[str, float]:
@@ -101,12 +117,17 @@ def build_req(msg: GenerateRequest, now: float) -> Req:
 
 
 class EngineLoop:
-    """The rank-0 serving loop around one engine (see the module docstring)."""
+    """The rank-0 serving loop around one engine (see the module docstring). ``replica`` tags
+    its ``Accepted`` and ``EngineStats``; with ``to_router`` (several replicas) every
+    ``EngineStats``, with `routing_stats`, also goes to the tokenizer worker, which routes."""
 
-    def __init__(self, engine: Any, out: Any, cfg: EngineWorkerConfig) -> None:
+    def __init__(self, engine: Any, out: Any, cfg: EngineWorkerConfig, replica: int = 0,
+                 to_router: Any = None) -> None:
         self.engine = engine
         self.out = out
         self.cfg = cfg
+        self.replica = replica
+        self.to_router = to_router
         self._last_stats = 0.0
         self._was_busy = False
         self.live: dict[int, Req] = {}  # the requests the engine holds
@@ -152,7 +173,7 @@ class EngineLoop:
             self.live[msg.rid] = req
             if msg.leads:
                 self.quiet.add(msg.rid)
-            send(self.out, Accepted(msg.rid, len(msg.prompt_ids), msg.detok))
+            send(self.out, Accepted(msg.rid, len(msg.prompt_ids), msg.detok, self.replica))
         for rid in inputs.aborts:
             self._release(rid)
 
@@ -198,7 +219,10 @@ class EngineLoop:
         now = time.monotonic()
         if force or now - self._last_stats >= self.cfg.stats_interval_s:
             stats = {**self.engine.stats(), **engine_counters(self.engine)}
-            send(self.out, EngineStats(stats, time.time()))
+            if self.to_router is not None:
+                stats.update(routing_stats(self.engine))
+                send(self.to_router, EngineStats(stats, time.time(), self.replica))
+            send(self.out, EngineStats(stats, time.time(), self.replica))
             self._last_stats = now
 
     def run(self, inbox: Any) -> None:
@@ -219,15 +243,24 @@ class EngineLoop:
 
 
 def run(cfg: EngineWorkerConfig, ctx: ChildContext) -> None:
-    """Child entry: build the engine, bind the input socket, handshake, serve until SIGTERM."""
-    engine = resolve(cfg.engine_factory)(cfg.engine_cfg)
+    """Child entry: build the engine (replica ``ctx.rank`` of ``cfg.replicas``, on its device:
+    `engine.cluster.replica_devices`), bind its input socket, handshake, serve until SIGTERM."""
+    engine_cfg = cfg.engine_cfg
+    if cfg.replicas > 1 and dataclasses.is_dataclass(engine_cfg) and hasattr(engine_cfg, "device"):
+        from twinserve.engine.cluster import replica_devices
+
+        device = replica_devices(engine_cfg.device, cfg.replicas, int(getattr(engine_cfg, "tp_size", 1)))[ctx.rank]
+        engine_cfg = dataclasses.replace(engine_cfg, device=device)
+    engine = resolve(cfg.engine_factory)(engine_cfg)
     settle_heap()  # built (and warmed up, where the factory does): no full collection walks it
-    inbox = pull_socket(ctx.zmq_ctx, ctx.paths.engine)
+    inbox = pull_socket(ctx.zmq_ctx, ctx.paths.engine_of(ctx.rank))
     out = push_socket(ctx.zmq_ctx, ctx.paths.detokenizer)
+    to_router = push_socket(ctx.zmq_ctx, ctx.paths.tokenizer) if cfg.replicas > 1 else None
     try:
         ctx.announce(engine_info(engine))
-        EngineLoop(engine, out, cfg).run(inbox)
+        EngineLoop(engine, out, cfg, ctx.rank, to_router).run(inbox)
     finally:
-        inbox.close(linger=0)
-        out.close(linger=0)
+        for s in (inbox, out, to_router):
+            if s is not None:
+                s.close(linger=0)
         engine.shutdown()

@@ -48,14 +48,22 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def _monitor(sup: Supervisor, client: EngineClient) -> None:
-    """Fail everything as soon as any child has died or the engine's heartbeat stops."""
+    """Fail everything as soon as any child has died or the engine's heartbeat stops; an engine
+    replica that died while another is alive is taken out of rotation instead."""
+    engines = [c for c in sup.children if c.role == "engine"]
     while True:
         await asyncio.sleep(0.2)
         dead = sup.dead()
         if dead and client.down is None:
-            c = dead[0]
-            client.fail_all(503, f"the {c.role} worker (rank {c.rank}) died with exit code "
-                                 f"{c.process.exitcode}; the server must be restarted")
+            fatal = [c for c in dead if c.role != "engine"]
+            if fatal or all(c.process.exitcode is not None for c in engines):
+                c = (fatal or dead)[0]
+                client.fail_all(503, f"the {c.role} worker (rank {c.rank}) died with exit code "
+                                     f"{c.process.exitcode}; the server must be restarted")
+            else:
+                for c in dead:
+                    await client.replica_down(c.rank, f"engine replica {c.rank} died with exit code "
+                                                      f"{c.process.exitcode}; it is out of rotation")
         stalled = client.heartbeat.check() if client.down is None else None
         if stalled is not None:
             await client.fail_stalled(stalled)

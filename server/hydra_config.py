@@ -5,7 +5,8 @@ read as files: the server does not import the experiments package) with ``backen
 unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides
 (``server.port=8000 server.queue_limit=64``) set `ServerConfig` fields on top of the tree's own
 ``server`` node if it has one. The engine is configured exactly like the ``engine`` backend:
-``model.path``, ``scheduler`` knobs and name, ``memory``, ``cache``, ``kv``, ``seed``, ``tp``.
+``model.path``, ``scheduler`` knobs and name, ``memory``, ``cache``, ``kv``, ``seed``, ``tp``;
+``replicas``, ``router`` and ``router_kwargs`` set how many engine workers serve behind which router.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SERVED_NAMES: tuple[NamedKey, ...] = (
     NamedKey("scheduler.name", "scheduling policy", registry_names("twinserve.policies", "SCHEDULING")),
     NamedKey("memory.name", "memory policy", registry_names("twinserve.policies", "MEMORY")),
     NamedKey("cache.name", "prefix cache", registry_names("twinserve.policies", "CACHE")),
+    NamedKey("router", "router", registry_names("twinserve.policies", "ROUTING")),
 )
 
 
@@ -76,6 +78,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     known = {f.name for f in fields(ServerConfig)}
     base = dict(cfg.get("server") or {})
     base.pop("base_url", None)  # the bench client's target (backend=server), not the listener's
+    base.update(replicas=int(cfg.get("replicas", 1) or 1), router=str(cfg.get("router") or "round_robin"),
+                router_kwargs=dict(cfg.get("router_kwargs") or {}))
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
     unknown = set(base) - known
     if unknown:
@@ -90,7 +94,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
 
 def check_served(cfg: Mapping[str, Any]) -> None:
     """The composed config's mistakes a user can fix, before any process starts: keys left at
-    ``???``, unknown policy names, a missing ``model.path``, a ``tp`` the model cannot split."""
+    ``???``, unknown policy or router names, a missing ``model.path``, a ``tp`` the model cannot
+    split."""
     import json
     from pathlib import Path
 

@@ -45,7 +45,8 @@ def sweep_stale(base: str) -> list[str]:
 class IpcPaths:
     """The ``ipc://`` endpoints of one server. Each is bound by exactly one process (the PULL side):
 
-    - ``tokenizer``: tokenizer worker input; ``engine``: engine rank-0 input;
+    - ``tokenizer``: tokenizer worker input; ``engine`` / ``engine_of(r)``: engine replica r's
+      (rank-0) input;
     - ``detokenizer``: detokenizer input; ``api``: API server input; ``ready``: launcher handshake;
     """
 
@@ -61,6 +62,10 @@ class IpcPaths:
     @property
     def engine(self) -> str:
         return self._ep("engine")
+
+    def engine_of(self, replica: int) -> str:
+        """The input of engine replica ``replica`` (replica 0's is ``engine``)."""
+        return self.engine if replica == 0 else self._ep(f"engine{replica}")
 
     @property
     def detokenizer(self) -> str:

@@ -2,9 +2,11 @@
 
 Process graph (all sockets are ZMQ PUSH -> PULL over IPC files in one temp dir)::
 
-    API server --TokenizeRequest/AbortRequest--> tokenizer --GenerateRequest/AbortRequest--> engine rank 0
+    API server --TokenizeRequest/AbortRequest/ReplicaDown--> tokenizer
+    tokenizer --GenerateRequest/AbortRequest--> engine rank 0 (of the replica the router picks)
     engine rank 0 --Accepted/ErrorReply/StepOutputs/EngineStats/RequestTimes--> detokenizer
-    detokenizer --AbortRequest (stop string hit)--> engine rank 0
+    engine rank 0 --EngineStats--> tokenizer (only with several replicas: the router's view)
+    detokenizer --AbortRequest (stop string hit)--> engine rank 0 (of every replica)
     detokenizer --Accepted/ErrorReply/DetokOutputs/EngineStats/RequestTimes--> API server
     tokenizer --ErrorReply--> API server
     every child --Ready--> launcher (the readiness handshake)
@@ -143,6 +145,15 @@ class AbortRequest:
     reason: str = "abort"
 
 
+@message(14)
+@dataclass(slots=True)
+class ReplicaDown:
+    """API server -> tokenizer: engine replica ``replica`` died; route no request to it again."""
+
+    replica: int
+    reason: str = ""
+
+
 @message(13)
 @dataclass(slots=True)
 class StepInputs:
@@ -158,11 +169,13 @@ class StepInputs:
 @message(20)
 @dataclass(slots=True)
 class Accepted:
-    """The engine queued ``rid``; sent before any of its tokens, on the same socket."""
+    """The engine queued ``rid``; sent before any of its tokens, on the same socket.
+    ``replica``: which engine replica holds it."""
 
     rid: int
     prompt_tokens: int
     detok: dict[str, Any]
+    replica: int = 0
 
 
 @message(21)
@@ -236,10 +249,11 @@ class StepOutputs:
 @message(24)
 @dataclass(slots=True)
 class EngineStats:
-    """Engine gauges, published periodically and whenever the engine goes idle."""
+    """Engine gauges of replica ``replica``, published periodically and whenever it goes idle."""
 
     stats: dict[str, Any]
     t: float
+    replica: int = 0
 
 
 @message(25)

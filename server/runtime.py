@@ -1,11 +1,14 @@
 """`serve()`: run one server in this process (API server) plus its children, until a signal.
 
-Order: make the private IPC dir, bind the HTTP socket, start the engine worker and wait for its
-``Ready`` (it reports max_model_len, EOS ids and the tokenizer path), start the tokenizer and
+Order: make the private IPC dir, bind the HTTP socket, start the engine workers
+(``server_cfg.replicas``, one per replica) and wait for their ``Ready`` (replica 0's reports
+max_model_len, EOS ids and the tokenizer path), start the tokenizer (which routes over the
+replicas) and
 detokenizer with those facts and wait for them, then serve HTTP with uvicorn. SIGINT/SIGTERM at
 any point end in the same ``finally``: live requests fail with 503, every child is stopped
 (SIGTERM, then SIGKILL), the IPC dir is removed. A monitor task marks the server down (503 on
-/health, every live request failed) as soon as any child dies.
+/health, every live request failed) as soon as any child dies, except an engine replica while
+another is alive: that one is taken out of rotation (`EngineClient.replica_down`).
 
 `twinserve.server.serve` is the light entry module that runs this one in a child process;
 `http_server.run_http` is the API server's part.
@@ -67,25 +70,28 @@ def serve(engine_cfg: Any, server_cfg: ServerConfig, ready_file: str | None = No
         sup = Supervisor(paths)
         sock = _listen(server_cfg.host, server_cfg.port)
         port = sock.getsockname()[1]
-        eng = sup.start("engine", 0, "twinserve.server.engine_worker:run", EngineWorkerConfig(
-            engine_cfg, server_cfg.engine_factory, server_cfg.queue_limit, server_cfg.stats_interval_s))
+        n = server_cfg.replicas
+        engines = [sup.start("engine", r, "twinserve.server.engine_worker:run", EngineWorkerConfig(
+            engine_cfg, server_cfg.engine_factory, server_cfg.queue_limit, server_cfg.stats_interval_s,
+            replicas=n)) for r in range(n)]
         t0 = time.perf_counter()
         from twinserve.server.http_server import HttpSpec, ModelInfo, run_http  # overlaps the engine's start
 
-        info = sup.wait_ready([eng], server_cfg.startup_timeout_s)["engine0"]
+        info = sup.wait_ready(engines, server_cfg.startup_timeout_s)["engine0"]
         t1 = time.perf_counter()
         tok_path = str(info["tokenizer_path"])
         model_dir = getattr(engine_cfg, "model", None)
         det = sup.start("detokenizer", 0, "twinserve.server.detokenizer_worker:run",
-                        DetokenizerWorkerConfig(tok_path))
+                        DetokenizerWorkerConfig(tok_path, n))
         vocab = _vocab_size(info, model_dir, 0)
         if vocab <= 0:
             raise RuntimeError("could not determine the model's vocabulary size (no config.json)")
         tok = sup.start("tokenizer", 0, "twinserve.server.tokenizer_worker:run",
-                        TokenizerWorkerConfig(tok_path, int(info["max_model_len"]), vocab))
+                        TokenizerWorkerConfig(tok_path, int(info["max_model_len"]), vocab, n, server_cfg.router,
+                                              dict(server_cfg.router_kwargs), int(info.get("page_size", 16))))
         sup.wait_ready([tok, det], server_cfg.startup_timeout_s)
-        print(f"twinserve: engine ready in {t1 - t0:.1f} s, tokenizer and detokenizer "
-              f"{time.perf_counter() - t1:.1f} s later", flush=True)
+        print(f"twinserve: {n} engine{'s' if n > 1 else ''} ready in {t1 - t0:.1f} s, tokenizer and "
+              f"detokenizer {time.perf_counter() - t1:.1f} s later", flush=True)
         name = server_cfg.served_model_name or os.path.basename(os.path.normpath(str(model_dir or tok_path)))
         model = ModelInfo(name, str(model_dir or tok_path), int(info["max_model_len"]), int(time.time()))
         host = server_cfg.host if server_cfg.host not in ("0.0.0.0", "::") else "127.0.0.1"

@@ -15,11 +15,13 @@ between two chunks the worker reads and serves whatever else has arrived (`Token
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Generator
 
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
-from twinserve.server.messages import AbortRequest, ErrorReply, GenerateRequest, TokenizeRequest
+from twinserve.server.messages import (AbortRequest, EngineStats, ErrorReply, GenerateRequest, ReplicaDown,
+                                       TokenizeRequest)
 from twinserve.server.prompt_limit import CHUNK_CHARS, PromptLimit
 from twinserve.server.proc import ChildContext
 from twinserve.server.tokenization import TemplateError, TextTokenizer
@@ -29,9 +31,17 @@ PROMPT_TAIL = 8  # prompt ids the detokenizer keeps as left context
 
 @dataclass(slots=True)
 class TokenizerWorkerConfig:
+    """The tokenizer and context facts, and with ``replicas > 1`` how to route over the engine
+    replicas (`ReplicaRouter`: ``router`` with ``router_kwargs``, a prefix index of
+    ``page_size``-token pages)."""
+
     tokenizer_path: str
     max_model_len: int
     vocab_size: int
+    replicas: int = 1
+    router: str = "round_robin"
+    router_kwargs: dict[str, Any] = field(default_factory=dict)
+    page_size: int = 16
 
 
 class RequestError(ValueError):
@@ -126,24 +136,55 @@ class TokenizerLoop:
 
     Invariant: every request in ``jobs`` has been partly tokenized and will get exactly one
     reply; each `advance` runs one job one chunk further, oldest first, so a short request that
-    arrives behind a long one waits for at most one chunk of it."""
+    arrives behind a long one waits for at most one chunk of it.
+
+    ``to_engine`` is one engine's socket, or a list of the replicas' sockets: then each
+    tokenized request goes to the replica `ReplicaRouter` picks (503 once none is alive), the
+    replicas' ``EngineStats`` feed its views, a ``ReplicaDown`` takes a replica out of rotation,
+    and an abort goes to every live replica (one that does not hold the request ignores it)."""
 
     def __init__(self, tok: TextTokenizer, cfg: TokenizerWorkerConfig, to_engine: Any, to_api: Any) -> None:
         self.tok = tok
         self.cfg = cfg
         self.limit = PromptLimit(cfg.max_model_len, tok.longest_token_chars())
-        self.to_engine = to_engine
+        self.to_engines = list(to_engine) if isinstance(to_engine, (list, tuple)) else [to_engine]
         self.to_api = to_api
         self.jobs: OrderedDict[int, Steps] = OrderedDict()
+        self.routing = None
+        if len(self.to_engines) > 1:
+            from twinserve.server.replica_router import ReplicaRouter
+
+            self.routing = ReplicaRouter(len(self.to_engines), cfg.router, cfg.router_kwargs, cfg.page_size)
+
+    def _live_engines(self) -> list[Any]:
+        if self.routing is None:
+            return self.to_engines
+        return [s for s, a in zip(self.to_engines, self.routing.alive) if a]
 
     def handle(self, msg: object) -> None:
         if isinstance(msg, AbortRequest):
             job = self.jobs.pop(msg.rid, None)
             if job is not None:
                 job.close()
-            send(self.to_engine, msg)
+            for sock in self._live_engines():
+                send(sock, msg)
         elif isinstance(msg, TokenizeRequest):
             self._step(msg.rid, tokenize_steps(self.tok, self.cfg, msg, self.limit))
+        elif isinstance(msg, EngineStats) and self.routing is not None:
+            self.routing.on_stats(msg.replica, msg.stats)
+        elif isinstance(msg, ReplicaDown) and self.routing is not None:
+            self.routing.down(msg.replica)
+
+    def _dispatch(self, req: GenerateRequest) -> None:
+        if self.routing is None:
+            send(self.to_engines[0], req)
+            return
+        k = self.routing.choose(req.rid, req.prompt_ids, int(req.params["max_tokens"]), time.monotonic())
+        if k is None:
+            send(self.to_api, ErrorReply(req.rid, 503, "every engine replica has died; the server must be "
+                                                       "restarted", type="service_unavailable"))
+            return
+        send(self.to_engines[k], req)
 
     def advance(self) -> None:
         if self.jobs:
@@ -154,7 +195,7 @@ class TokenizerLoop:
         try:
             next(job)
         except StopIteration as done:
-            send(self.to_engine, done.value)
+            self._dispatch(done.value)
         except RequestError as e:
             send(self.to_api, ErrorReply(rid, 400, str(e), param=e.param, code=e.code))
         except Exception as e:  # a tokenizer failure must not strand the request
@@ -173,13 +214,13 @@ def run(cfg: TokenizerWorkerConfig, ctx: ChildContext) -> None:
     """Child entry: load the tokenizer, bind the input socket, handshake, serve until SIGTERM."""
     tok = TextTokenizer(cfg.tokenizer_path)
     inbox = pull_socket(ctx.zmq_ctx, ctx.paths.tokenizer)
-    to_engine = push_socket(ctx.zmq_ctx, ctx.paths.engine)
+    to_engines = [push_socket(ctx.zmq_ctx, ctx.paths.engine_of(r)) for r in range(max(1, cfg.replicas))]
     to_api = push_socket(ctx.zmq_ctx, ctx.paths.api)
     try:
-        loop = TokenizerLoop(tok, cfg, to_engine, to_api)
+        loop = TokenizerLoop(tok, cfg, to_engines if len(to_engines) > 1 else to_engines[0], to_api)
         ctx.announce({"vocab_size": tok.vocab_size, "chat_template": tok.chat_template is not None,
                       "longest_token_chars": loop.limit.token_chars})
         loop.run(inbox)
     finally:
-        for s in (inbox, to_engine, to_api):
+        for s in (inbox, *to_engines, to_api):
             s.close(linger=0)

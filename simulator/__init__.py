@@ -1,9 +1,9 @@
-"""SimPy backend: cost models, the replica process, a multi-replica cluster behind a router."""
+"""SimPy backend: cost models, the replica process, a multi-replica cluster behind a router
+(routers are policies: `twinserve.policies.routing`)."""
 
 from twinserve.simulator.cluster import SimConfig, SimResult, simulate
 from twinserve.simulator.cost import COST_MODELS, CostModel
 from twinserve.simulator.hardware import HARDWARE, GPUSpec, get_hardware
-from twinserve.simulator.router import ROUTERS, Router
 
-__all__ = ["COST_MODELS", "CostModel", "GPUSpec", "HARDWARE", "ROUTERS", "Router", "SimConfig",
-           "SimResult", "get_hardware", "simulate"]
+__all__ = ["COST_MODELS", "CostModel", "GPUSpec", "HARDWARE", "SimConfig", "SimResult", "get_hardware",
+           "simulate"]

@@ -12,13 +12,14 @@ import pandas as pd
 
 from twinserve.core.request import Req
 from twinserve.core.workload import Workload
+from twinserve.policies import ROUTING
+from twinserve.policies.routing import SchedulerView
 from twinserve.simulator.arrivals import ArrivalProcess
 from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
 from twinserve.simulator.replica import Replica, ReplicaSetup
 from twinserve.simulator.replicas import make_replica
 from twinserve.simulator.requests_log import RequestLog
-from twinserve.simulator.router import ROUTERS
 from twinserve.simulator.steps_log import StepLog
 from twinserve.simulator.timing import SimEnvironment
 
@@ -29,6 +30,9 @@ NOISE_STREAM = 1
 @dataclass(slots=True)
 class SimConfig:
     """How to simulate (the policies and the cost model are passed separately).
+
+    ``router`` names a `twinserve.policies.routing` router (built with ``router_kwargs``); it sees
+    each replica through a `SchedulerView`.
 
     ``noise`` multiplies device step times by factors drawn from the cost model's residual
     quantiles, replica ``i`` on its own stream ``SeedSequence([seed, NOISE_STREAM, i])``.
@@ -115,12 +119,13 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
     steps = StepLog(keep=cfg.keep_steps)
     reqlog = RequestLog()
     rejected: list[tuple[int, str]] = []
-    router = ROUTERS.create(cfg.router, **dict(cfg.router_kwargs))
+    router = ROUTING.create(cfg.router, **dict(cfg.router_kwargs))
     replicas: list[Replica] = []
     scheds = [make_scheduler() for _ in range(cfg.replicas)]
+    views = [SchedulerView(s) for s in scheds]
 
     def deliver(req: Req, now: float) -> None:
-        i = router.choose(req, scheds, now) if len(scheds) > 1 else 0
+        i = router.choose(req, views, now) if len(views) > 1 else 0
         try:
             replicas[i].submit(req)
         except ValueError as e:

@@ -11,6 +11,7 @@ import pandas as pd
 from twinserve.core.metrics import requests_frame
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
+from twinserve.experiments.build import plain
 
 
 def steps_frame(records: list[Any]) -> pd.DataFrame:
@@ -29,12 +30,21 @@ class EngineBackend(Backend):
     ``backend.warmup`` (default true) runs `Engine.warmup` before the trace. Built with an
     ``engine``, every run replays on that engine (the caller owns it; its config must match the
     runs'), which saves building and warming one per run.
+
+    ``replicas=N`` (N > 1) builds N engines in this process (`engine.cluster.place_replicas`:
+    all on the CPU, one GPU each, or all on one GPU with an equal share of its KV memory each)
+    and replays on them behind ``router`` (`replay_cluster`), the ``replica`` column of both
+    tables filled.
     """
+
+    multi_replica = True
 
     def __init__(self, engine: Any = None) -> None:
         self.engine = engine
 
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
+        if int(ctx.cfg.get("replicas", 1) or 1) > 1:
+            return self._run_cluster(ctx, workload)
         from twinserve.engine.replay import replay_workload
 
         from twinserve.engine.engine import Engine
@@ -48,9 +58,46 @@ class EngineBackend(Backend):
         finally:
             if self.engine is None:
                 eng.shutdown()
-        done = {r.rid for r in reqs}
-        rejected = [(s.rid, "skipped by the engine") for s in workload if s.rid not in done]
-        return BackendResult(requests_frame(reqs, 0), steps_frame(records), rejected, meta)
+        return BackendResult(requests_frame(reqs, 0), steps_frame(records), _skipped(workload, reqs), meta)
+
+    def _run_cluster(self, ctx: RunContext, workload: Workload) -> BackendResult:
+        from twinserve.engine.cluster import place_replicas, replay_cluster, replica_configs
+        from twinserve.engine.engine import Engine
+        from twinserve.policies import ROUTING
+
+        if self.engine is not None:
+            raise ValueError("an EngineBackend built with one engine runs replicas=1 only")
+        cfg, b = ctx.cfg, ctx.cfg["backend"]
+        router = ROUTING.create(str(cfg.get("router", "round_robin")), **dict(plain(cfg.get("router_kwargs")) or {}))
+        base = engine_config(ctx)
+        placement = place_replicas(base.device, int(cfg["replicas"]), base.tp_size, shared_ok=True)
+        devices = placement.devices
+        engines: list[Any] = []
+        try:
+            engines.append(Engine(replica_configs(base, placement)[0]))
+            for c in replica_configs(base, placement, engines[0].sched_config.num_pages)[1:]:
+                engines.append(Engine(c))
+            out = replay_cluster(engines, router, workload, progress=ctx.progress,
+                                 warmup=bool(b.get("warmup", True)))
+            meta = {"hardware": device_hardware(engines[0]), "engine_config": _used_config(engines[0]),
+                    "replica_devices": devices, "replicas_share_gpu": placement.shared,
+                    "replica_num_pages": [int(e.sched_config.num_pages) for e in engines]}
+        finally:
+            for e in engines:
+                e.shutdown()
+        by_replica: dict[int, list[Any]] = {}
+        for r, k in zip(out.requests, out.replicas):
+            by_replica.setdefault(k, []).append(r)
+        frames = [requests_frame(rs, k) for k, rs in sorted(by_replica.items())]
+        reqs = pd.concat(frames, ignore_index=True) if frames else requests_frame([], 0)
+        reqs = reqs.sort_values("rid", kind="stable").reset_index(drop=True)
+        return BackendResult(reqs, steps_frame(out.steps), _skipped(workload, out.requests), meta)
+
+
+def _skipped(workload: Workload, reqs: list[Any]) -> list[tuple[int, str]]:
+    """The workload's requests that no engine took, as (rid, reason)."""
+    done = {r.rid for r in reqs}
+    return [(s.rid, "skipped by the engine") for s in workload if s.rid not in done]
 
 
 def device_hardware(eng: Any) -> str:

@@ -119,8 +119,8 @@ def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
 
 
 def test_several_replicas_on_a_one_replica_backend(tmp_path: Path) -> None:
-    err = user_error(RUN, "backend=engine", "replicas=2", "model=tiny-llama", *SMALL, cwd=tmp_path)
-    assert "replicas=2" in err and "backend=engine runs one replica" in err and "backend=sim" in err
+    err = user_error(RUN, "backend=server", "replicas=2", "model=tiny-llama", *SMALL, cwd=tmp_path)
+    assert "replicas=2" in err and "backend=server runs one replica" in err and "backend=engine|sim" in err
 
 
 @pytest.mark.parametrize("backend", ["engine", "server"])
@@ -150,6 +150,8 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps(get_shape("tiny-llama").to_hf_config()))
     err = user_error(SERVE, f"model.path={model}", "tp=3", cwd=tmp_path)
     assert "tp=3" in err and "allowed: tp in" in err
+    err = user_error(SERVE, f"model.path={model}", "replicas=2", "router=nope", cwd=tmp_path)
+    assert "router=nope" in err and "known: cache_aware" in err
     err = user_error(SERVE, f"model.path={model}", "server.nope=1", cwd=tmp_path)
     assert "unknown server keys ['nope']" in err
     no_torch = [sys.executable, "-c", NO_TORCH.format(prog="twinserve-serve", module="twinserve.server.launch")]

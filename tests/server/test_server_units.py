@@ -186,3 +186,6 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     l, _ = compose_server_config([lp])
     o, _ = compose_server_config(["model=qwen3-0.6b", qp, "scheduler.piecewise_max_tokens=1024"])
     assert (q.piecewise_max_tokens, l.piecewise_max_tokens, o.piecewise_max_tokens) == (8192, 2048, 1024)
+    _, sc = compose_server_config([lp, "replicas=2", "router=cache_aware", "+router_kwargs.load_weight=0.5"])
+    assert (sc.replicas, sc.router, sc.router_kwargs) == (2, "cache_aware", {"load_weight": 0.5})
+    assert compose_server_config([lp])[1].replicas == 1
