@@ -24,6 +24,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                                "HTTP serving against in-process serving (needs the engine and server extras)"),
     "sbs": Benchmark("twinserve.bench.sbs", "mini-sglang and twinserve side by side on one GPU (docs/side_by_side.md)"),
     "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
+    "offline": Benchmark("twinserve.bench.offline",
+                         "engine offline throughput (mini-sglang's recipe) and decode steps against the bandwidth bound"),
+    "host-steps": Benchmark("twinserve.bench.host_steps", "the engine's host cost of fixed mixed and decode step shapes"),
+    "cpu-speed": Benchmark("twinserve.bench.cpu_speed", "how fast each vCPU runs pure Python now, and how often"),
 }
 
 

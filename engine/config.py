@@ -59,9 +59,6 @@ class EngineConfig:
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``fast_plan``: FlashInfer's plans find the longest lengths by one tensor reduction instead
       of a Python scan per element (`engine.attention.host_max`; same plans, less host time).
-    - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
-      for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
-      not to pay on the H200 host, docs/engine.md).
     - ``spec``: speculative decoding, a `core.spec.SpecConfig` or a mapping of its fields
       (``method``: "none" or "ngram", prompt lookup; ``num_tokens``: k). Greedy requests verify
       up to k proposed tokens per step in one forward; sampled ones decode plainly. It runs
@@ -112,7 +109,6 @@ class EngineConfig:
     tp_start_timeout_s: float = 600.0
     tp_cuda_graphs: bool = False
     checked: bool = False
-    cpu_chase: bool = False
     spec: Any = field(default_factory=dict)
 
     def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True,
@@ -140,7 +136,7 @@ class EngineConfig:
 
 # The run config's ``backend`` keys that set `EngineConfig` fields of the same name (None: the default).
 RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
-                    "cpu_kv_tokens", "cpu_chase", "fast_plan")
+                    "cpu_kv_tokens", "fast_plan")
 
 
 def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any) -> EngineConfig:

@@ -25,7 +25,6 @@ from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.core.spec import SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
-from twinserve.engine.cpu_chase import CpuChaser
 from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
@@ -55,8 +54,7 @@ class Engine:
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
     ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
-    whose dense layers replayed piecewise graphs; 0 otherwise) and, with ``cpu_chase``,
-    ``host_cpu`` (the vCPU the host thread was pinned to at launch; -1 before the first move).
+    whose dense layers replayed piecewise graphs; 0 otherwise).
     A step launched after the engine sat idle also has ``wake_s``: from the arrival of the first
     request ``add`` got while idle to the ``step()`` call that launched it (NaN on other steps).
 
@@ -119,7 +117,6 @@ class Engine:
         self._reported: dict[int, int] = {}
         self._pending: list[StepOutput] = []
         self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
-        self.chaser = CpuChaser() if cfg.cpu_chase else None
         self.options = RequestOptions(self.model_config.vocab_size, self.eos_token_ids, cfg.model)
 
     @property
@@ -174,8 +171,6 @@ class Engine:
         if self.tp is not None and self.tp.failed is not None:
             raise self.tp.failed
         outs, self._pending = self._pending, []
-        if self.chaser is not None:
-            self.chaser.tick()
         if self.scheduler.spec is not None:  # a step's option tensors have one row per request
             self.scheduler.spec.paused = bool(self.options)
         t = time.perf_counter()
@@ -197,8 +192,6 @@ class Engine:
                              plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
                              graph_tokens=float(fl.graph_tokens),
                              device_busy=float(fl.device_busy))
-            if self.chaser is not None:
-                rec.extra["host_cpu"] = float(self.chaser.cpu)
             if self._idle_arrival is not None:
                 rec.extra["wake_s"] = max(0.0, t - self._t0 - self._idle_arrival)
                 self._idle_arrival = None
@@ -299,8 +292,6 @@ class Engine:
                 self._finish(self._inflight[0])
         finally:
             self._inflight = None
-            if self.chaser is not None:
-                self.chaser.close()
             if self.tp is not None:
                 self.tp.stop()
             for name in ("runner", "attn", "pool", "model", "executor"):

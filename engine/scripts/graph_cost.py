@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from twinserve.engine.bench import append_jsonl
+from twinserve.bench.offline import append_jsonl
 from twinserve.engine.engine import Engine, EngineConfig
 from twinserve.engine.model_maker import make_model
 

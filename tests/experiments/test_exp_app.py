@@ -193,9 +193,9 @@ def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, m
                         types.SimpleNamespace(replay_workload=fake_replay))
     s = run_experiment(make_cfg("backend=engine", "model=tiny-llama", "backend.device=cpu",
                                 "scheduler=lpm", "scheduler.max_running=4", "kv.num_pages=64",
-                                "backend.cpu_chase=true", "backend.fast_plan=false"), tmp_path)
+                                "backend.cpu_kv_tokens=4096", "backend.fast_plan=false"), tmp_path)
     e = seen["cfg"]
-    assert e.cpu_chase is True and e.fast_plan is False
+    assert e.cpu_kv_tokens == 4096 and e.fast_plan is False
     assert e.load_format == "dummy" and Path(e.model, "config.json").is_file()
     assert (e.device, e.scheduling, e.num_pages, e.scheduler["max_running"]) == ("cpu", "lpm", 64, 4)
     assert s["run"]["backend"] == "engine" and s["rejected"]["count"] == 1 and s["completed"] == 39

@@ -1,4 +1,4 @@
-"""Offline throughput and decode-step benchmarks: ``python -m twinserve.engine.bench``.
+"""Offline throughput and decode-step benchmarks: ``twinserve-bench offline``.
 
 Throughput (mini-sglang's offline recipe): 256 requests, prompt and output lengths uniform in
 [100, 1024] (numpy seed 0), prompt ids uniform in [0, 10000), ignore_eos; one warm-up run, then
