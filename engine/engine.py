@@ -14,6 +14,7 @@ Stable API (a ZMQ worker drives exactly this)::
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,7 @@ class Engine:
         self.tokenizer_path = cfg.model
         self.model, self.pool, self.attn, self.runner = ex.model, ex.pool, ex.attn, ex.runner
         self.sched_config = ex.sched_config
+        self.plan = ex.plan
 
         from twinserve.policies import build_scheduler
 
@@ -182,7 +184,7 @@ class Engine:
                 self._inflight = None
             t_s = time.perf_counter()
             start = t_s - self._t0
-            rec = self.scheduler.record(batch, start, 0.0, t_s - t)
+            rec = self.scheduler.record(batch, self.plan, start, 0.0, t_s - t)
             c_s = time.thread_time()
             fl = self._launch(batch, start)
             launch_cpu = time.thread_time() - c_s
@@ -208,8 +210,8 @@ class Engine:
 
     def set_mode(self, overlap: bool | None = None, cuda_graphs: bool | None = None) -> None:
         """Switch overlap scheduling and/or graph replay (graphs must have been captured) while
-        idle; used to measure each one's contribution on one engine. The scheduler's
-        ``piecewise_max_tokens`` follows, so that the step records' ``padded_tokens`` and
+        idle; used to measure each one's contribution on one engine. The engine's ``plan``
+        follows (its ``piecewise_max_tokens``), so that the step records' ``padded_tokens`` and
         ``eager_step`` describe what ran."""
         if self.has_work():
             raise RuntimeError("set_mode() needs an idle engine")
@@ -220,7 +222,7 @@ class Engine:
                 raise ValueError("this engine captured no CUDA graphs")
             self.runner.use_graphs = cuda_graphs
             tg = self.runner.token_graphs
-            self.scheduler.config.piecewise_max_tokens = tg.max_tokens if cuda_graphs and tg else 0
+            self.plan = replace(self.plan, piecewise_max_tokens=tg.max_tokens if cuda_graphs and tg else 0)
 
     def warmup(self, prompt_lens: tuple[int, ...] = (16, 128, 512, 2048, 8192), decodes: int = 32,
                seed: int = 0) -> float:

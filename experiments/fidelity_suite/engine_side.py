@@ -53,7 +53,7 @@ class _Suite:
         self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
                   overlap=bool(eng.overlap), device=str(eng.device),
                   fast_plan=getattr(eng.attn, "fast_plan", None),
-                  piecewise_max_tokens=eng.sched_config.piecewise_max_tokens)
+                  piecewise_max_tokens=eng.plan.piecewise_max_tokens)
         return eng
 
     def host_probe(self, eng: Any, after: str) -> None:
