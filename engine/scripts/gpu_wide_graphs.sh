@@ -3,7 +3,7 @@
 # in one command on the GPU host (repository root; carry .whl and .fik):
 #   bash engine/scripts/gpu_wide_graphs.sh OUTDIR [wide cap, default 8192]
 # 1. the GPU tests of graphs above 2,048 tokens (logits equal to the eager forward's);
-# 2. scripts/graph_cost.py: startup, graph count, KV pages and free memory at both caps;
+# 2. bench/scripts/graph_cost.py: startup, graph count, KV pages and free memory at both caps;
 # 3. bench.host_steps at both caps by turns: the fixed mixed step (32 decodes + 128 tokens) and
 #    steps the wide cap turns into graphs: one decode + a 4,096-token prompt (whole in hybrid),
 #    64 decodes + 3,072 (the pieces), 8 decodes + 7,000 (whole); qwen3-0.6b twice, llama3-8b once;
@@ -13,7 +13,7 @@ set -u
 OUT_DIR=${1:?usage: gpu_wide_graphs.sh OUTDIR [cap]}; WIDE=${2:-8192}
 . experiments/scripts/gpu_setup.sh "$OUT_DIR/setup.log"
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/test_engine_gpu.py -k "above_2048" 2>&1 | tail -3
-timeout 120 python3 engine/scripts/graph_cost.py --shape qwen3-0.6b llama3-8b --caps 2048 "$WIDE" --modes hybrid \
+timeout 120 python3 bench/scripts/graph_cost.py --shape qwen3-0.6b llama3-8b --caps 2048 "$WIDE" --modes hybrid \
   --json "$OUT_DIR/cost.jsonl" 2>&1 | grep "^graph cost"
 SHAPES="--decodes 32 1 64 8 --prompt 128 4096 3072 7000"
 for r in 1 2; do
