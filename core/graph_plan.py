@@ -78,7 +78,7 @@ def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_r
                        decode_heavy: bool = True) -> bool:
     """Whether a token-graph step (``num_tokens`` over ``num_seqs`` sequences, padded to
     ``padded_tokens``) is decode-heavy within ``max_running`` tokens, so that ``hybrid`` replays
-    it whole whatever its sequence count (``decode_heavy`` false: engines built before this)."""
+    it whole whatever its sequence count (never with ``decode_heavy`` false)."""
     return (decode_heavy and padded_tokens <= max_running
             and 0 < num_tokens <= HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ * num_seqs)
 
@@ -187,7 +187,7 @@ class GraphPlan:
       or "hybrid" (full for steps of at most `HYBRID_FULL_MAX_SEQS` sequences and
       `HYBRID_FULL_MAX_TOKENS` tokens, `hybrid_replays_whole`).
     - ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
-      ``max_running`` tokens (`decode_heavy_whole`; false for engines built before it).
+      ``max_running`` tokens (`decode_heavy_whole`; false: those steps take the pieces).
     - ``max_running``: the sequences the attention plans hold (the scheduler's ``max_running``).
     - ``gqa_group``: query heads per KV head on one rank, for the ``attn_tile`` feature
       (`attn_tile_of`; `ModelShape.gqa_group`).
