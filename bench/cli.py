@@ -26,6 +26,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     "step-kernels": Benchmark("twinserve.bench.step_kernels",
                               "decode/prefill attention, KV store and sampling kernels by variant (CUDA)"),
     "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
+    "offline": Benchmark("twinserve.bench.offline",
+                         "engine offline throughput (mini-sglang's recipe) and decode steps against the bandwidth bound"),
+    "host-steps": Benchmark("twinserve.bench.host_steps", "the engine's host cost of fixed mixed and decode step shapes"),
+    "cpu-speed": Benchmark("twinserve.bench.cpu_speed", "how fast each vCPU runs pure Python now, and how often"),
 }
 
 

@@ -18,7 +18,7 @@ from twinserve.calibration.linear import (
 )
 from twinserve.calibration.timeline import coupled_span, detect_sync, has_timeline, timeline_frame
 
-# A mixed step replayed as a whole-step graph with wide query tiles (`core.batch.wide_tiles_of`)
+# A mixed step replayed as a whole-step graph with wide query tiles (`core.graph_plan.wide_tiles_of`)
 # computes a tile of rows over each decode's context: its decode context gets a term of its own.
 # An attention kernel over sequences of unequal context runs at least as long as its longest
 # sequence's work takes (the last tiles over the longest KV): prefill and mixed steps get
@@ -35,7 +35,7 @@ EAGER_DECODE_TERM = "eager_step*decode_ctx"  # mixed steps: the eager attention 
 PIECE_PREFILL_TERM = "piece_step"
 PIECE_PREFILL_CTX_TERM = "piece_step*max_ctx"
 # A mixed step whose attention is planned outside a graph (it runs the pieces or no graph) gives
-# every decode FlashInfer's query tile of 16, 64 or 128 rows (``attn_tile``, `core.batch.attn_tile_of`),
+# every decode FlashInfer's query tile of 16, 64 or 128 rows (``attn_tile``, `core.graph_plan.attn_tile_of`),
 # and a decode computes its whole tile over its context: its context costs more in 64- and more
 # again in 128-row tiles (hinges at 16 and 64, so that the 128-row cost is at least the 64-row one).
 TILE_TERMS: tuple[str, ...] = ("attn_tile>16*decode_ctx", "attn_tile>64*decode_ctx")

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, attn_tile_of, piece_step_of
+from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, attn_tile_of, piece_step_of
 from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
                                                   term_factors)
 from twinserve.calibration.nnls import nnls
@@ -152,7 +152,7 @@ def graph_replays(steps: pd.DataFrame) -> pd.Series:
 
 def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
     """``steps`` with a ``graph_replay`` column by the rule of token-graph ``mode``
-    (`core.batch.replays_one_graph`), for a profile recorded without that column by an engine
+    (`core.graph_plan.replays_one_graph`), for a profile recorded without that column by an engine
     known to have run ``mode`` (built before ``hybrid_decode_heavy``); a recorded
     column is left as it is."""
     if "graph_replay" in steps:
@@ -168,10 +168,10 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
     ``graph_replay``, ``wide_tiles``, ``attn_tile`` and derived ``piece_step``
-    (`core.batch.piece_step_of`) columns; profiles recorded before them get what held
+    (`core.graph_plan.piece_step_of`) columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
-    `graph_replays`; wide tiles: `core.batch.wide_tiles_of` with the default ``max_running`` of
+    `graph_replays`; wide tiles: `core.graph_plan.wide_tiles_of` with the default ``max_running`` of
     256; no tile, 0: a profile does not record the model's GQA group, `with_attn_tile` adds the
     column from it)."""
     add = {}
@@ -197,7 +197,7 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_attn_tile(steps: pd.DataFrame, gqa_group: int) -> pd.DataFrame:
-    """``steps`` with the ``attn_tile`` column the engine records (`core.batch.attn_tile_of`),
+    """``steps`` with the ``attn_tile`` column the engine records (`core.graph_plan.attn_tile_of`),
     computed from its other columns for a model of ``gqa_group`` query heads per KV head on a
     rank, when it lacks one (steps recorded before the field); else ``steps`` unchanged."""
     if "attn_tile" in steps:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from twinserve.core.batch import TOKEN_GRAPH_MODES
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -19,17 +18,8 @@ class SchedulerConfig:
       prefill whenever a prefill can run, otherwise all decode.
     - ``page_size`` × ``num_pages``: the KV pool, in tokens per page and pages.
     - ``max_model_len``: longest prompt + output a request may have; longer ones are rejected.
-    - ``max_graph_bs``: largest CUDA-graph decode batch (for padded-batch features).
-    - ``piecewise_max_tokens``: largest other step that replays a token graph, padded
-      (`batch.padded_token_count`; 0: none), for the ``padded_tokens`` feature;
-      ``token_graph_mode``: "full" (the attention inside those graphs, so such a step is one
-      replay), "piecewise" (the attention eager between graphs) or "hybrid" (full for steps
-      of at most `batch.HYBRID_FULL_MAX_SEQS` sequences and `batch.HYBRID_FULL_MAX_TOKENS`
-      tokens), for ``graph_replay``;
-      ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
-      ``max_running`` tokens (`batch.hybrid_replays_whole`; false for engines built before it).
-    - ``gqa_group``: query heads per KV head on one rank, for the ``attn_tile`` feature
-      (`batch.attn_tile_of`); the backends set it from the model (`ModelShape.gqa_group`).
+
+    How a backend runs the steps (CUDA graphs and their features) is its `core.graph_plan.GraphPlan`.
     """
 
     max_num_batched_tokens: int = 8192
@@ -40,18 +30,10 @@ class SchedulerConfig:
     page_size: int = 16
     num_pages: int = 8192
     max_model_len: int = 32768
-    max_graph_bs: int = 256
-    piecewise_max_tokens: int = 2048
-    token_graph_mode: str = "hybrid"
-    hybrid_decode_heavy: bool = True
-    gqa_group: int = 1
 
     def validate(self) -> None:
-        if self.token_graph_mode not in TOKEN_GRAPH_MODES:
-            raise ValueError(f"SchedulerConfig.token_graph_mode must be one of {TOKEN_GRAPH_MODES}, "
-                             f"got {self.token_graph_mode!r}")
         for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",
-                     "max_model_len", "gqa_group"):
+                     "max_model_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.chunk_size > self.max_num_batched_tokens:
@@ -60,3 +42,12 @@ class SchedulerConfig:
     @property
     def capacity_tokens(self) -> int:
         return self.page_size * self.num_pages
+
+
+def scheduler_default(name: str) -> Any:
+    """The default of the `SchedulerConfig` field ``name``, for the configs and constructors
+    that take the same knob (so that it is written once)."""
+    for f in fields(SchedulerConfig):
+        if f.name == name:
+            return f.default
+    raise KeyError(f"SchedulerConfig has no field {name!r}")

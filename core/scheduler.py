@@ -9,6 +9,7 @@ import numpy as np
 from twinserve.core.batch import Batch
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import AllocatorLike, CacheLike, MemoryLike, SchedulingLike
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.records import StepRecord
 from twinserve.core.request import Req, ReqState
 from twinserve.core.spec_step import SpecDecoding
@@ -212,9 +213,7 @@ class Scheduler:
                     on_compute(r, n, 0)
         self._inflight += 1
         return Batch(self._step, [e[0] for e in entries], starts, news, emits, out_pos, decs,
-                     self.config.max_graph_bs, self.shared_context(nodes, cached),
-                     self.config.piecewise_max_tokens, self.config.token_graph_mode, self.config.max_running,
-                     self.config.hybrid_decode_heavy, self.config.gqa_group, drafts)
+                     self.shared_context(nodes, cached), drafts)
 
     def shared_context(self, nodes: Sequence[object], cached: int) -> int:
         """Tokens of the cached-prefix pages ``nodes`` (holding ``cached`` pages in all) that
@@ -474,11 +473,12 @@ class Scheduler:
             self._dirty = False
 
     # ---- records ---------------------------------------------------------------------------
-    def record(self, batch: Batch, start: float, duration: float, cpu_s: float = 0.0,
+    def record(self, batch: Batch, plan: GraphPlan, start: float, duration: float, cpu_s: float = 0.0,
                replica: int = 0) -> StepRecord:
-        """The step record of ``batch``; call it right after ``schedule()`` returned it."""
+        """The step record of ``batch`` as the backend's ``plan`` runs it; call it right after
+        ``schedule()`` returned it."""
         free, used, cached = self.page_counts()
-        return StepRecord(batch.step, start, duration, batch.features(), len(self.waiting),
+        return StepRecord(batch.step, start, duration, batch.features(plan), len(self.waiting),
                           len(self.running), free, used, cached, self._last_preempted, cpu_s, replica)
 
     def count_steps(self, k: int) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from twinserve.core.config import SchedulerConfig
+from twinserve.core.config import SchedulerConfig, scheduler_default
+from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan
 
-# SchedulerConfig fields the engine decides itself (from the pool and the model).
-ENGINE_OWNED = ("page_size", "num_pages", "max_graph_bs", "piecewise_max_tokens", "token_graph_mode",
-                "hybrid_decode_heavy", "gqa_group")
-# ... of which a run config's ``scheduler`` group sets these `EngineConfig` fields (the pool size
-# comes from ``kv``), with their types.
+# SchedulerConfig fields the engine decides itself (from the pool).
+ENGINE_OWNED = ("page_size", "num_pages")
+# The `EngineConfig` fields a run config's ``scheduler`` group sets (the pool size comes from
+# ``kv``), with their types: the page size and the graph knobs of `GraphPlan`.
 _OWNED_KNOBS = {"page_size": int, "max_graph_bs": int, "piecewise_max_tokens": int, "token_graph_mode": str,
                 "hybrid_decode_heavy": bool}
 
@@ -37,11 +37,9 @@ class EngineConfig:
     - KV pool: ``page_size`` tokens per page; the number of pages is ``num_pages`` if given, else
       on GPU (free memory after weights − activation reserve) × ``mem_fraction``, on CPU
       ``cpu_kv_tokens / page_size``.
-    - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size,
-      num_pages, max_graph_bs, piecewise_max_tokens, token_graph_mode and hybrid_decode_heavy
-      are set by the engine,
-      max_model_len defaults to the model's. ``scheduling``/``memory``/``cache`` are policy
-      names (+ ``*_kwargs``).
+    - ``scheduler``: SchedulerConfig fields (a mapping or a SchedulerConfig); page_size and
+      num_pages are set by the engine, max_model_len defaults to the model's.
+      ``scheduling``/``memory``/``cache`` are policy names (+ ``*_kwargs``).
     - ``cuda_graphs``: decode batches up to ``max_graph_bs`` replay captured graphs (CUDA only),
       and every other step of up to ``piecewise_max_tokens`` tokens (0: none) replays a graph
       captured for its padded token count: ``token_graph_mode="full"`` the whole forward with
@@ -51,7 +49,8 @@ class EngineConfig:
       (engine/token_graphs.py; 2,048 is this class's default; a run config takes the model
       config's ``piecewise_max_tokens``, 8,192 for qwen3-0.6b, docs/engine.md);
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the steps of at most 8 new tokens
-      per sequence padded to at most ``max_running`` tokens (`core.batch.decode_heavy_whole`).
+      per sequence padded to at most ``max_running`` tokens (`core.graph_plan.decode_heavy_whole`).
+      These four make the engine's `GraphPlan` (`graph_plan`), whose defaults they take.
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
@@ -59,9 +58,6 @@ class EngineConfig:
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``fast_plan``: FlashInfer's plans find the longest lengths by one tensor reduction instead
       of a Python scan per element (`engine.attention.host_max`; same plans, less host time).
-    - ``cpu_chase``: keep the host loop's thread on a fast vCPU (`engine.cpu_chase.CpuChaser`,
-      for hosts whose vCPUs are fast and slow by turns; a probe process sweeps them; measured
-      not to pay on the H200 host, docs/engine.md).
     - ``spec``: speculative decoding, a `core.spec.SpecConfig` or a mapping of its fields
       (``method``: "none" or "ngram", prompt lookup; ``num_tokens``: k). Greedy requests verify
       up to k proposed tokens per step in one forward; sampled ones decode plainly. It runs
@@ -88,7 +84,7 @@ class EngineConfig:
     device: str = "auto"
     dtype: str = "auto"
     load_format: str = "safetensors"
-    page_size: int = 16
+    page_size: int = scheduler_default("page_size")
     mem_fraction: float = 0.9
     num_pages: int | None = None
     cpu_kv_tokens: int = 65536
@@ -101,10 +97,10 @@ class EngineConfig:
     memory_kwargs: Mapping[str, Any] = field(default_factory=dict)
     cache_kwargs: Mapping[str, Any] = field(default_factory=dict)
     cuda_graphs: bool = True
-    max_graph_bs: int = 256
-    piecewise_max_tokens: int = 2048
-    token_graph_mode: str = "hybrid"
-    hybrid_decode_heavy: bool = True
+    max_graph_bs: int = DEFAULT_PLAN.max_graph_bs
+    piecewise_max_tokens: int = DEFAULT_PLAN.piecewise_max_tokens
+    token_graph_mode: str = DEFAULT_PLAN.token_graph_mode
+    hybrid_decode_heavy: bool = DEFAULT_PLAN.hybrid_decode_heavy
     overlap: bool | None = None
     attention_backend: str = "auto"
     kernels: str = "auto"
@@ -118,7 +114,6 @@ class EngineConfig:
     tp_start_timeout_s: float = 600.0
     tp_cuda_graphs: bool = False
     checked: bool = False
-    cpu_chase: bool = False
     spec: Any = field(default_factory=dict)
 
     def uses_triton_kernels(self, cuda: bool) -> bool:
@@ -129,11 +124,8 @@ class EngineConfig:
 
         return available()
 
-    def scheduler_config(self, num_pages: int, max_model_len: int, graphs: bool = True,
-                         gqa_group: int = 1) -> SchedulerConfig:
-        """The scheduler's config: ``self.scheduler`` with the engine-owned fields set (the
-        piecewise-graph cap is 0 when the engine captures no graphs, ``graphs=False``;
-        ``gqa_group``: the model's query heads per KV head on one rank)."""
+    def scheduler_config(self, num_pages: int, max_model_len: int) -> SchedulerConfig:
+        """The scheduler's config: ``self.scheduler`` with the engine-owned fields set."""
         src = self.scheduler
         if isinstance(src, SchedulerConfig):
             values = {f.name: getattr(src, f.name) for f in fields(SchedulerConfig)}
@@ -142,19 +134,25 @@ class EngineConfig:
             unknown = set(values) - {f.name for f in fields(SchedulerConfig)}
             if unknown:
                 raise ValueError(f"unknown scheduler fields: {sorted(unknown)}")
-        values.update(page_size=self.page_size, num_pages=num_pages, max_graph_bs=self.max_graph_bs,
-                      piecewise_max_tokens=self.piecewise_max_tokens if graphs else 0,
-                      token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy,
-                      gqa_group=gqa_group)
+        values.update(page_size=self.page_size, num_pages=num_pages)
         values["max_model_len"] = min(int(values.get("max_model_len", max_model_len)), max_model_len)
         cfg = SchedulerConfig(**values)
         cfg.validate()
         return cfg
 
+    def graph_plan(self, graphs: bool, max_running: int, gqa_group: int) -> GraphPlan:
+        """The engine's `GraphPlan`: this config's graph knobs, no token graphs when the engine
+        captures no graphs (``graphs=False``), the scheduler's ``max_running`` and the model's
+        query heads per KV head on one rank (``gqa_group``)."""
+        plan = GraphPlan(max_graph_bs=self.max_graph_bs, piecewise_max_tokens=self.piecewise_max_tokens,
+                         token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy,
+                         max_running=max_running, gqa_group=gqa_group)
+        return plan if graphs else plan.without_token_graphs()
+
 
 # The run config's ``backend`` keys that set `EngineConfig` fields of the same name (None: the default).
 RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", "attention_backend",
-                    "cpu_kv_tokens", "cpu_chase", "fast_plan")
+                    "cpu_kv_tokens", "fast_plan")
 
 
 def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any) -> EngineConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from twinserve.core.batch import padded_batch_size
+from twinserve.core.graph_plan import padded_batch_size
 from twinserve.engine.attention.base import AttentionInputs
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext

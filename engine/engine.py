@@ -14,6 +14,7 @@ Stable API (a ZMQ worker drives exactly this)::
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,6 @@ from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.core.spec import SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
-from twinserve.engine.cpu_chase import CpuChaser
 from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
@@ -55,8 +55,7 @@ class Engine:
     before completing it), ``tokens_at`` (its tokens reached the scheduler), ``complete_s``,
     ``dev_start`` / ``dev_end`` (its device span: CUDA events against an origin taken at
     ``reset_clock``; the host span on CPU), ``graph_tokens`` (the padded token count of a step
-    whose dense layers replayed piecewise graphs; 0 otherwise) and, with ``cpu_chase``,
-    ``host_cpu`` (the vCPU the host thread was pinned to at launch; -1 before the first move).
+    whose dense layers replayed piecewise graphs; 0 otherwise).
     A step launched after the engine sat idle also has ``wake_s``: from the arrival of the first
     request ``add`` got while idle to the ``step()`` call that launched it (NaN on other steps).
 
@@ -97,6 +96,7 @@ class Engine:
         self.tokenizer_path = cfg.model
         self.model, self.pool, self.attn, self.runner = ex.model, ex.pool, ex.attn, ex.runner
         self.sched_config = ex.sched_config
+        self.plan = ex.plan
 
         from twinserve.policies import build_scheduler
 
@@ -119,7 +119,6 @@ class Engine:
         self._reported: dict[int, int] = {}
         self._pending: list[StepOutput] = []
         self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
-        self.chaser = CpuChaser() if cfg.cpu_chase else None
         self.options = RequestOptions(self.model_config.vocab_size, self.eos_token_ids, cfg.model)
 
     @property
@@ -174,8 +173,6 @@ class Engine:
         if self.tp is not None and self.tp.failed is not None:
             raise self.tp.failed
         outs, self._pending = self._pending, []
-        if self.chaser is not None:
-            self.chaser.tick()
         if self.scheduler.spec is not None:  # a step's option tensors have one row per request
             self.scheduler.spec.paused = bool(self.options)
         t = time.perf_counter()
@@ -187,7 +184,7 @@ class Engine:
                 self._inflight = None
             t_s = time.perf_counter()
             start = t_s - self._t0
-            rec = self.scheduler.record(batch, start, 0.0, t_s - t)
+            rec = self.scheduler.record(batch, self.plan, start, 0.0, t_s - t)
             c_s = time.thread_time()
             fl = self._launch(batch, start)
             launch_cpu = time.thread_time() - c_s
@@ -197,8 +194,6 @@ class Engine:
                              plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
                              graph_tokens=float(fl.graph_tokens),
                              device_busy=float(fl.device_busy))
-            if self.chaser is not None:
-                rec.extra["host_cpu"] = float(self.chaser.cpu)
             if self._idle_arrival is not None:
                 rec.extra["wake_s"] = max(0.0, t - self._t0 - self._idle_arrival)
                 self._idle_arrival = None
@@ -215,8 +210,8 @@ class Engine:
 
     def set_mode(self, overlap: bool | None = None, cuda_graphs: bool | None = None) -> None:
         """Switch overlap scheduling and/or graph replay (graphs must have been captured) while
-        idle; used to measure each one's contribution on one engine. The scheduler's
-        ``piecewise_max_tokens`` follows, so that the step records' ``padded_tokens`` and
+        idle; used to measure each one's contribution on one engine. The engine's ``plan``
+        follows (its ``piecewise_max_tokens``), so that the step records' ``padded_tokens`` and
         ``eager_step`` describe what ran."""
         if self.has_work():
             raise RuntimeError("set_mode() needs an idle engine")
@@ -227,7 +222,7 @@ class Engine:
                 raise ValueError("this engine captured no CUDA graphs")
             self.runner.use_graphs = cuda_graphs
             tg = self.runner.token_graphs
-            self.scheduler.config.piecewise_max_tokens = tg.max_tokens if cuda_graphs and tg else 0
+            self.plan = replace(self.plan, piecewise_max_tokens=tg.max_tokens if cuda_graphs and tg else 0)
 
     def warmup(self, prompt_lens: tuple[int, ...] = (16, 128, 512, 2048, 8192), decodes: int = 32,
                seed: int = 0) -> float:
@@ -299,8 +294,6 @@ class Engine:
                 self._finish(self._inflight[0])
         finally:
             self._inflight = None
-            if self.chaser is not None:
-                self.chaser.close()
             if self.tp is not None:
                 self.tp.stop()
             for name in ("runner", "attn", "pool", "model", "executor"):

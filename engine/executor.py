@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 from twinserve.core.config import SchedulerConfig
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.engine.attention import ATTENTION, AttentionSpec
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.kv_pool import KVGeometry, KVPool
@@ -59,7 +60,8 @@ class RankExecutor:
     and its kv heads (`kv_head_layout`) in every layer, and a KV pool of those kv heads only.
     The pool's page count is ``agree_pages(local capacity)``: a tensor-parallel group passes
     the minimum over ranks, so every rank's pool addresses the same page ids. ``sched_config``
-    is derived from that count identically on every rank. ``runner`` executes steps.
+    is derived from that count identically on every rank, and so is ``plan`` (the `GraphPlan`
+    the runner captures its graphs by). ``runner`` executes steps.
     """
 
     def __init__(self, cfg: EngineConfig, tp: TPGroup = SINGLE, rank_device: torch.device | None = None,
@@ -99,8 +101,9 @@ class RankExecutor:
         fused = cfg.uses_triton_kernels(cuda)
         self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device, fused_store=fused)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
-        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len, graphs,
-                                                                  max(1, local_heads // local_kv))
+        self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
+        self.plan: GraphPlan = cfg.graph_plan(graphs, self.sched_config.max_running, max(1, local_heads // local_kv))
+        plan = self.plan
 
         max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
         spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,
@@ -113,6 +116,6 @@ class RankExecutor:
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
                                   use_graphs=graphs,
-                                  max_graph_bs=cfg.max_graph_bs,
-                                  wait_event=wait_event, piecewise_max_tokens=cfg.piecewise_max_tokens,
-                                  token_graph_mode=cfg.token_graph_mode, hybrid_decode_heavy=cfg.hybrid_decode_heavy)
+                                  max_graph_bs=plan.max_graph_bs,
+                                  wait_event=wait_event, piecewise_max_tokens=plan.piecewise_max_tokens,
+                                  token_graph_mode=plan.token_graph_mode, hybrid_decode_heavy=plan.hybrid_decode_heavy)

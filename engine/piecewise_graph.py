@@ -3,7 +3,7 @@
 A prefill or mixed step cannot be one graph (its attention plan depends on every row's lengths),
 but everything between two attention calls depends only on the step's token count. So the
 forward is cut at the attention calls into ``num_layers + 1`` pieces, each captured once per
-padded token count (`core.batch.padded_token_count`); a step replays piece 0, then for every
+padded token count (`core.graph_plan.padded_token_count`); a step replays piece 0, then for every
 layer runs the attention eagerly and replays the next piece. That replaces about ten kernel
 launches per layer (and their Python) with one graph launch.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from twinserve.core.batch import padded_token_count
+from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.models.decoder import CausalLM
 

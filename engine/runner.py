@@ -9,7 +9,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from twinserve.core.batch import Batch, padded_batch_size
+from twinserve.core.batch import Batch
+from twinserve.core.graph_plan import padded_batch_size
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.logits_processing import prompt_logprobs

@@ -4,7 +4,7 @@ padded token count.
 A prefill or mixed step's attention plan depends on every row's lengths, but FlashInfer's
 CUDA-graph prefill wrapper takes the plan from device buffers that a host-side ``plan`` fills
 before each replay, for a batch of fixed size. So each padded token count ``t``
-(`core.batch.padded_token_count`) gets one graph of the whole forward and one such wrapper of
+(`core.graph_plan.padded_token_count`) gets one graph of the whole forward and one such wrapper of
 ``rows[t] = min(t, max_rows)`` sequences; a step is padded to ``t`` tokens (the extra tokens
 write their KV to the pool's scratch page) and to ``rows[t]`` sequences (empty ones, which
 add no work). One graph launch replaces the per-layer attention calls that the piecewise
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from twinserve.core.batch import padded_token_count
+from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext

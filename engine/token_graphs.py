@@ -4,14 +4,14 @@
 - ``piecewise`` (`PiecewiseGraphs`, engine/piecewise_graph.py): the dense layers between
   attention calls, the attention eager;
 - ``hybrid`` (`HybridGraphs`): the pieces for every size, the full graphs for the sizes up to
-  `core.batch.HYBRID_FULL_MAX_TOKENS`; a step of at most `core.batch.HYBRID_FULL_MAX_SEQS`
+  `core.graph_plan.HYBRID_FULL_MAX_TOKENS`; a step of at most `core.graph_plan.HYBRID_FULL_MAX_SEQS`
   sequences and that many tokens replays the full graph (its launch is what paces a small
   step), and so does a decode-heavy step of at most ``max_rows`` tokens
-  (`core.batch.decode_heavy_whole`: its plan's tiles are as small as the eager plan's); any
+  (`core.graph_plan.decode_heavy_whole`: its plan's tiles are as small as the eager plan's); any
   other step replays the pieces (above ``max_rows`` tokens FlashInfer's graph plan would give
   each of its many decodes a 128-row query tile).
 
-All pad a step of ``n`` tokens to ``core.batch.padded_token_count(n, max_tokens)`` and are
+All pad a step of ``n`` tokens to ``core.graph_plan.padded_token_count(n, max_tokens)`` and are
 driven by the runner as ``t = size_for(n)``; ``whole = plan(t, attention_inputs)`` (True when the
 step will be one graph replay); ``forward(t, ids, positions, slots) -> hidden [n, H]``.
 """
@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
+from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
@@ -50,8 +50,8 @@ TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
 
 class HybridGraphs:
     """The full graphs for steps of at most ``max_full_seqs`` sequences and
-    `core.batch.HYBRID_FULL_MAX_TOKENS` padded tokens, or (``decode_heavy``) of few tokens per
-    sequence padded to at most ``max_rows`` tokens (`core.batch.hybrid_replays_whole`), the
+    `core.graph_plan.HYBRID_FULL_MAX_TOKENS` padded tokens, or (``decode_heavy``) of few tokens per
+    sequence padded to at most ``max_rows`` tokens (`core.graph_plan.hybrid_replays_whole`), the
     pieces otherwise.
 
     Invariants: ``forward`` runs the set that the last ``plan`` chose (the runner always calls

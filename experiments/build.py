@@ -7,8 +7,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from twinserve.core.config import SchedulerConfig
+from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.errors import UserError
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
@@ -91,22 +92,28 @@ def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
 
 
 def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:
-    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size), the model's
-    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings) and its GQA group
-    on one rank (`ModelShape.gqa_group`)."""
+    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size) and the model's
+    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
     knobs = {f.name for f in fields(SchedulerConfig)}
     values = {k: v for k, v in cfg["scheduler"].items() if k in knobs}
     kv = cfg.get("kv", {})
-    page_size = int(values.get("page_size", 16))
+    page_size = int(values.get("page_size", scheduler_default("page_size")))
     num_pages = kv.get("num_pages") or kv_pages(shape, hw, int(cfg.get("tp", 1)), page_size,
                                                 float(kv.get("mem_fraction", 0.9)),
                                                 int(kv.get("dtype_bytes", 2)))
     values["num_pages"] = int(num_pages)
     values["max_model_len"] = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
-    values["gqa_group"] = shape.gqa_group(int(cfg.get("tp", 1)))
     sc = SchedulerConfig(**values)
     sc.validate()
     return sc
+
+
+def graph_plan(cfg: Mapping[str, Any], shape: ModelShape, sc: SchedulerConfig) -> GraphPlan:
+    """The simulated engine's `GraphPlan`: the ``cfg.scheduler`` knobs that name its fields
+    (``max_graph_bs``, ``piecewise_max_tokens``, ``token_graph_mode``, ``hybrid_decode_heavy``),
+    ``sc``'s ``max_running`` and the model's GQA group on one rank (`ModelShape.gqa_group`)."""
+    return GraphPlan.from_knobs(cfg["scheduler"], max_running=sc.max_running,
+                                gqa_group=shape.gqa_group(int(cfg.get("tp", 1))))
 
 
 def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False) -> Callable[[], Any]:
@@ -129,12 +136,12 @@ class CalibrationMismatchWarning(UserWarning):
     way than the profiled engine did (their times are predicted by the other kind's fit)."""
 
 
-def token_graph_mismatch(model: CostModel, sc: SchedulerConfig, source: str | None) -> str | None:
-    """Why ``sc``'s token-graph cap disagrees with the calibration behind ``model``
+def token_graph_mismatch(model: CostModel, plan: GraphPlan, source: str | None) -> str | None:
+    """Why ``plan``'s token-graph cap disagrees with the calibration behind ``model``
     (`TokenGraphSplit.admits`), or None when it agrees or nothing is recorded."""
     cal = getattr(model, "calibration", None)
     split = getattr(cal, "token_graphs", None)
-    cap = sc.piecewise_max_tokens
+    cap = plan.piecewise_max_tokens
     if split is None or split.admits(cap):
         return None
     if cap < split.largest_graph_step:

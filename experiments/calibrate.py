@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.batch import TOKEN_GRAPH_MODES
+from twinserve.core.graph_plan import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance
 from twinserve.calibration import fit_calibration
 from twinserve.simulator.cost.calibrated import CalibratedCostModel

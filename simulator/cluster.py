@@ -10,6 +10,7 @@ from typing import Any, Callable, Generator
 import numpy as np
 import pandas as pd
 
+from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan
 from twinserve.core.request import Req
 from twinserve.core.workload import Workload
 from twinserve.policies import ROUTING
@@ -44,7 +45,8 @@ class SimConfig:
     runs is first scheduled one step boundary later, as an overlapping engine does
     (`LaggedReplica`). ``loop`` names the replica loop these select (`REPLICA_LOOPS`).
     ``host_speed`` (pipelined loop only): a `HostSpeed` slowing every replica's host parts over
-    time (a diagnostic replay of a recorded run's host).
+    time (a diagnostic replay of a recorded run's host). ``plan``: how the simulated engine runs
+    its steps (`GraphPlan`), for the step features the cost model prices.
     """
 
     replicas: int = 1
@@ -60,6 +62,7 @@ class SimConfig:
     pipeline: bool = False
     lag_arrivals: bool = False
     host_speed: Any = None
+    plan: GraphPlan = DEFAULT_PLAN
 
     @property
     def loop(self) -> str:
@@ -139,7 +142,7 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
             seed = int(np.random.SeedSequence([cfg.seed, NOISE_STREAM, i]).generate_state(1)[0])
             noise = StepNoise(quant[0], quant[1], seed)
         setup = ReplicaSetup(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
-                             cfg.check_invariants, cfg.fast_forward, cfg.max_stretch, cfg.host_speed)
+                             cfg.check_invariants, cfg.fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan)
         replicas.append(make_replica(cfg.loop, setup))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from twinserve.core.batch import BatchFeatures
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.simulator.cost.base import CostModel, FeatureColumns
 from twinserve.simulator.cost.noise import StepNoise
 from twinserve.simulator.steps_log import StepLog
@@ -46,12 +47,12 @@ class FastForward:
     first one after it), and applies them to the scheduler and the step log when 2 or more are
     kept. Start times accumulate exactly as SimPy's clock would (``now + d``). ``check`` also
     compares the arithmetic columns with the scheduler's own features and runs
-    ``check_invariants()`` after each stretch.
+    ``check_invariants()`` after each stretch. The steps' features follow ``plan``.
     """
 
     def __init__(self, sched: StretchScheduler, cost: CostModel, steps: StepLog, index: int,
-                 noise: StepNoise | None, max_stretch: int, check: bool) -> None:
-        self.sched, self.cost, self.steps, self.index = sched, cost, steps, index
+                 noise: StepNoise | None, max_stretch: int, check: bool, plan: GraphPlan) -> None:
+        self.sched, self.cost, self.steps, self.index, self.plan = sched, cost, steps, index, plan
         self.noise, self.max_stretch, self.check = noise, max_stretch, check
         self.num_stretches = 0
         self.stretch_steps = 0
@@ -67,7 +68,7 @@ class FastForward:
         if st is None or st.k < 2:
             return None
         k = st.k
-        f1, f2 = st.features(2)
+        f1, f2 = st.features(2, self.plan)
         s = now
         n = 0  # steps kept so far
         parts: list[_Part] = []
@@ -101,7 +102,7 @@ class FastForward:
         starts = np.concatenate([p.starts for p in parts])
         wall = np.concatenate([p.wall for p in parts])
         if self.check:
-            self._check_columns(st, parts, n)
+            self._check_columns(st, parts, n, self.plan)
         sc = st.apply(starts + wall)
         self._log(sc, parts, starts)
         if self.check:
@@ -130,9 +131,9 @@ class FastForward:
         self.steps.add_block(cols, sc.k)
 
     @staticmethod
-    def _check_columns(st: DecodeStretch, parts: list[_Part], n: int) -> None:
+    def _check_columns(st: DecodeStretch, parts: list[_Part], n: int, plan: GraphPlan) -> None:
         """The arithmetic feature columns equal the scheduler's own features."""
-        ref = FeatureColumns(st.features(n))
+        ref = FeatureColumns(st.features(n, plan))
         for name in BatchFeatures.names():
             mine = np.concatenate([np.broadcast_to(p.cols.column(name), (p.cols.size,))[: len(p.wall)]
                                    for p in parts])

@@ -9,6 +9,7 @@ from typing import Callable, ClassVar, Generator
 from simpy import Event
 
 from twinserve.core.batch import Batch
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.records import StepRecord
 from twinserve.core.request import Req
 from twinserve.core.scheduler import Scheduler
@@ -34,7 +35,8 @@ class ReplicaSetup:
     """What a replica is built from: its place in the cluster (``env``, ``index``), its
     scheduler and the shared cost model, the step log, ``on_finish(reqs, index)`` for released
     requests, ``next_arrival()`` (the time of the next request not yet delivered), its noise
-    stream, and the loop knobs of `SimConfig` (each mode reads the ones it documents)."""
+    stream, the loop knobs of `SimConfig` (each mode reads the ones it documents) and the
+    simulated engine's `GraphPlan`, which its step features follow."""
 
     env: SimEnvironment
     index: int
@@ -48,6 +50,7 @@ class ReplicaSetup:
     fast_forward: bool
     max_stretch: int
     host_speed: HostSpeed | None
+    plan: GraphPlan
 
 
 class Replica(ABC):
@@ -65,7 +68,7 @@ class Replica(ABC):
 
     def __init__(self, setup: ReplicaSetup) -> None:
         self.env, self.index, self.sched, self.cost = setup.env, setup.index, setup.sched, setup.cost
-        self.steps, self.noise, self.check = setup.steps, setup.noise, setup.check
+        self.steps, self.noise, self.check, self.plan = setup.steps, setup.noise, setup.check, setup.plan
         self._on_finish, self._next_arrival = setup.on_finish, setup.next_arrival
         self._wake: Event | None = None
         self.busy_s = 0.0

@@ -63,7 +63,7 @@ class PipelinedReplica(Replica):
             launched = None
             loop = 0.0
             if batch is not None:
-                f = batch.features()
+                f = batch.features(self.plan)
                 hp = self._host_parts(f, t)
                 if woke_launch:
                     hp = replace(hp, launch=hp.launch + woke_launch)
@@ -71,8 +71,8 @@ class PipelinedReplica(Replica):
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()
-                rec = sched.record(batch, t + hp.sched, gpu, cpu_s=hp.sched + hp.pre + hp.launch + hp.complete,
-                                   replica=self.index)
+                rec = sched.record(batch, self.plan, t + hp.sched, gpu,
+                                   cpu_s=hp.sched + hp.pre + hp.launch + hp.complete, replica=self.index)
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
                 d0 = max(dev_end, mark)
                 t_host = (max(mark + hp.pre, dev_end) if hp.sync else mark + hp.pre) + hp.launch
@@ -90,7 +90,7 @@ class PipelinedReplica(Replica):
                 self._complete(prev[0], prev[1], prev[3] - prev[2])
                 t_host = t_tok + prev[4]
                 if batch is None:
-                    loop = self._host_parts(prev[0].features(), t).loop
+                    loop = self._host_parts(prev[0].features(self.plan), t).loop
             prev = launched
             nxt = t_host + loop
             if nxt > env.now:

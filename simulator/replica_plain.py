@@ -31,7 +31,7 @@ class PlainReplica(Replica):
 
     def __init__(self, setup: ReplicaSetup) -> None:
         self._ff = FastForward(setup.sched, setup.cost, setup.steps, setup.index, setup.noise,
-                               setup.max_stretch, setup.check) if setup.fast_forward else None
+                               setup.max_stretch, setup.check, setup.plan) if setup.fast_forward else None
         super().__init__(setup)
 
     @property
@@ -51,7 +51,7 @@ class PlainReplica(Replica):
                 continue
             self._started(env.now)
             gpu, cpu, wall = self._step_cost(batch)
-            rec = sched.record(batch, env.now, gpu, cpu_s=cpu, replica=self.index)
+            rec = sched.record(batch, self.plan, env.now, gpu, cpu_s=cpu, replica=self.index)
             yield env.timeout(wall)
             self._complete(batch, rec, wall)
             if self._ff is not None:
@@ -73,7 +73,7 @@ class PlainReplica(Replica):
         return ff.run(now, self._next_arrival(), one_past=False)
 
     def _step_cost(self, batch: Batch) -> tuple[float, float, float]:
-        gpu, cpu = self.cost.step_costs(batch.features())
+        gpu, cpu = self.cost.step_costs(batch.features(self.plan))
         if self.noise is not None:
             gpu = gpu * self.noise.one()
         return gpu, cpu, self.cost.wall_time(gpu, cpu)

@@ -7,9 +7,10 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures, graph_features, padded_batch_size
+from twinserve.core.batch import BatchFeatures
 from twinserve.core.config import SchedulerConfig
 from twinserve.core.contracts import CacheLike, SchedulingLike
+from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.request import Req
 
 
@@ -118,16 +119,14 @@ class DecodeStretch:
             k = lo
         return cls(sched, k, c, npg) if k >= 1 else None
 
-    def features(self, k: int) -> list[BatchFeatures]:
-        """Features of each of the first ``k`` steps."""
+    def features(self, k: int, plan: GraphPlan) -> list[BatchFeatures]:
+        """Features of each of the first ``k`` steps, as ``plan`` runs them."""
         sched, c = self.sched, self._computed
-        cfg = sched.config
         b = len(c)
         total = int(c.sum())
         top = int(c.max())
-        padded = padded_batch_size(b, cfg.max_graph_bs)
-        rows, eager, replay, wide = graph_features(b, b, b, cfg.max_graph_bs, cfg.piecewise_max_tokens,
-                                                   cfg.token_graph_mode, cfg.max_running, cfg.hybrid_decode_heavy)
+        padded = plan.padded_decodes(b)
+        rows, eager, replay, wide = plan.step_shape(b, b, b)
         cached = [r for r in sched.running if r.cache_node is not None]
         shared = sched.shared_context([r.cache_node for r in cached], sum(r.num_cache_pages for r in cached))
         return [

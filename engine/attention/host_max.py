@@ -4,7 +4,7 @@ FlashInfer 0.6.8's ``plan`` of the prefill wrapper (every prefill, mixed and tok
 and of the tensor-core decode wrapper (llama3-8b's decodes) finds the longest query and KV
 length with Python's builtin ``max`` over a CPU tensor: that iterates the tensor as 0-d tensors
 and compares them pairwise with tensor operations, about 15 us per sequence. On the H200 host
-(`host_bench`'s mixed step, 33 sequences, qwen3-0.6b) the prefill plan took 1.39 ms of the
+(`bench.host_steps`' mixed step, 33 sequences, qwen3-0.6b) the prefill plan took 1.39 ms of the
 launch's 2.49 ms, 1.1 ms of it in those two calls (cProfile, docs/engine.md).
 
 `tensor_max` gives the same answer from one reduction, and `install` binds it as ``max`` in the

@@ -16,7 +16,7 @@ mkdir -p "$OUT_DIR"
 SUM="$OUT_DIR/summary.log"
 LOG="$OUT_DIR/all.log"
 JSON="$OUT_DIR/bench.jsonl"
-BENCH="python3 -m twinserve.engine.bench --json $JSON"
+BENCH="python3 -m twinserve.bench.offline --json $JSON"
 
 run() {
   local name=$1 limit=$2

@@ -39,7 +39,7 @@ run() {
 }
 
 CHECK="python3 engine/scripts/tp_check.py --json $JSON"
-BENCH="python3 -m twinserve.engine.bench --json $JSON --shape llama3-8b --temperature 0"
+BENCH="python3 -m twinserve.bench.offline --json $JSON --shape llama3-8b --temperature 0"
 EAGER=""; GRAPHS="--tp-cuda-graphs"
 run tiny 60 $CHECK --shape gpu-llama || { EAGER="--no-cuda-graphs"; GRAPHS=""; run tiny-eager 45 $CHECK --shape gpu-llama $EAGER; }
 run llama3-8b 80 $CHECK --shape llama3-8b $EAGER

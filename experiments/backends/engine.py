@@ -118,7 +118,7 @@ def _used_config(eng: Any) -> dict[str, Any]:
     simple = (str, int, float, bool, type(None))
     out = {f.name: getattr(eng.cfg, f.name) for f in fields(eng.cfg) if isinstance(getattr(eng.cfg, f.name), simple)}
     out["overlap"] = bool(eng.overlap)
-    out["piecewise_max_tokens"] = int(eng.sched_config.piecewise_max_tokens)
+    out["piecewise_max_tokens"] = int(eng.plan.piecewise_max_tokens)
     return out
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
-from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, plain, scheduler_config,
-                                         scheduler_factory, token_graph_mismatch)
+from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, graph_plan, plain,
+                                         scheduler_config, scheduler_factory, token_graph_mismatch)
 from twinserve.simulator import SimConfig, simulate
 
 
@@ -22,8 +22,9 @@ class SimBackend(Backend):
         cfg, b = ctx.cfg, ctx.cfg["backend"]
         tp = int(cfg.get("tp", 1))
         sc = scheduler_config(cfg, ctx.shape, ctx.hardware)
+        plan = graph_plan(cfg, ctx.shape, sc)
         choice = cost_model(cfg["cost_model"], ctx.shape, ctx.hardware, tp)
-        mismatch = token_graph_mismatch(choice.model, sc, choice.source)
+        mismatch = token_graph_mismatch(choice.model, plan, choice.source)
         if mismatch:
             warnings.warn(mismatch, CalibrationMismatchWarning, stacklevel=2)
         sim_cfg = SimConfig(
@@ -37,7 +38,8 @@ class SimBackend(Backend):
             lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead),
             host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
             or _host_episodes(b.get("host_episodes", "auto"), choice.model, bool(b.get("pipeline", False)),
-                              workload, int(cfg.get("seed", 0))))
+                              workload, int(cfg.get("seed", 0))),
+            plan=plan)
         res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
                        choice.model, sim_cfg)
         stats = res.stats()

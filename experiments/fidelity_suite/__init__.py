@@ -13,7 +13,7 @@ replays of *other* trace windows than the measured runs at ``--calib-rate`` and,
 ``capacity.json`` (per workload: requests sent at once, completion time, req/s) and one run
 folder per (workload, load) holding the engine's requests/steps/summary and ``overrides.json``;
 ``suite.json`` lists the stages, each followed by a ``host_probe`` (the host's speed on one
-fixed mixed and one fixed decode step, `engine.host_bench`).
+fixed mixed and one fixed decode step, `bench.host_steps`).
 Runs are ordered 25/50/75 % of every workload first, 90 % last, and skipped (listed in
 ``suite.json``) when the budget runs out; ``--only`` and ``--capacity-from`` (an earlier
 ``capacity.json``, with ``--profile-s 0``) complete a suite that ran out of time. ``report`` reruns each folder's overrides with

@@ -51,21 +51,19 @@ class _Suite:
         ctx = RunContext(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]), self.out, False)
         eng = Engine(engine_config(ctx))
         self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
-                  overlap=bool(eng.overlap), device=str(eng.device), cpu_chase=eng.chaser is not None,
+                  overlap=bool(eng.overlap), device=str(eng.device),
                   fast_plan=getattr(eng.attn, "fast_plan", None),
-                  piecewise_max_tokens=eng.sched_config.piecewise_max_tokens)
+                  piecewise_max_tokens=eng.plan.piecewise_max_tokens)
         return eng
 
     def host_probe(self, eng: Any, after: str) -> None:
-        """The host's speed now: `engine.host_bench` medians of a fixed mixed and decode step
-        (``after``: the stage it follows), so that a slow-host stretch shows in ``suite.json``;
-        with ``backend.cpu_chase`` also the host thread's vCPU and the chaser's moves so far."""
-        from twinserve.engine.host_bench import host_bench
+        """The host's speed now: `bench.host_steps` medians of a fixed mixed and decode step
+        (``after``: the stage it follows), so that a slow-host stretch shows in ``suite.json``."""
+        from twinserve.bench.host_steps import host_bench
 
         stats, _ = host_bench(eng, steps=HOST_PROBE_STEPS)
-        chase = {"host_cpu": eng.chaser.cpu, "cpu_moves": eng.chaser.moves} if eng.chaser is not None else {}
         self.note("host_probe", after=after, **{f"{s.kind}_{c}_ms": round(getattr(s, c) * 1e3, 3)
-                                                for s in stats for c in ("launch_s", "duration")}, **chase)
+                                                for s in stats for c in ("launch_s", "duration")})
 
     def profile(self, eng: Any) -> None:
         """Grid for half the profile seconds (or ``profile_cases`` cases, with no clock), then

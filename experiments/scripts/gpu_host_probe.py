@@ -1,5 +1,5 @@
 """Does the engine's host get slower after the profiler's grid? One engine, the host benchmark
-(`twinserve.engine.host_bench`) before and after each stage of a calibration-like run:
+(`twinserve.bench.host_steps`) before and after each stage of a calibration-like run:
 
     python3 experiments/scripts/gpu_host_probe.py --shape llama3-8b --grid-s 45 --json OUT.jsonl
 
@@ -19,8 +19,8 @@ from dataclasses import asdict
 
 import torch
 
-from twinserve.engine.bench import append_jsonl, build_engine, engine_args
-from twinserve.engine.host_bench import host_bench
+from twinserve.bench.offline import append_jsonl, build_engine, engine_args
+from twinserve.bench.host_steps import host_bench
 from twinserve.engine.profiler import ProfileGrid, profile_engine
 
 

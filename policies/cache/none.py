@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from twinserve.core.config import scheduler_default
 from twinserve.policies.cache.base import MatchResult, PrefixCache
 from twinserve.policies.registries import CACHE
 
@@ -14,7 +15,7 @@ from twinserve.policies.registries import CACHE
 class NoCache(PrefixCache):
     """Never matches, never keeps a page: every offered page stays with the caller."""
 
-    def __init__(self, page_size: int = 16) -> None:
+    def __init__(self, page_size: int = scheduler_default("page_size")) -> None:
         super().__init__(page_size)
 
     def match(self, tokens: np.ndarray) -> MatchResult:

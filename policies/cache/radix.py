@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from twinserve.core.config import scheduler_default
 from twinserve.policies.cache.base import MatchResult, PrefixCache
 from twinserve.policies.registries import CACHE
 
@@ -39,7 +40,7 @@ class RadixCache(PrefixCache):
     nodes and ``num_pages`` the number of pages in the tree.
     """
 
-    def __init__(self, page_size: int = 16) -> None:
+    def __init__(self, page_size: int = scheduler_default("page_size")) -> None:
         super().__init__(page_size)
         self._root = _Node(None, np.empty(0, dtype=np.int32), [], 0)
         self._tick = 0

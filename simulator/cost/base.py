@@ -8,7 +8,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures, piece_step_of
+from twinserve.core.batch import BatchFeatures
+from twinserve.core.graph_plan import piece_step_of
 from twinserve.core.registry import Registry
 
 # The elementwise maximum a formula uses: builtin ``max`` on floats, ``np.maximum`` on arrays.

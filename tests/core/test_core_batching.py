@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from helpers_core import drain, make_req, make_sched, step
 
+from twinserve.core.graph_plan import DEFAULT_PLAN
+
 
 def test_token_budget_with_chunked_prefill() -> None:
     s = make_sched(max_num_batched_tokens=16, chunk_size=16, cache="none")
@@ -183,12 +185,12 @@ def test_features_follow_the_batch() -> None:
     step(s, 0)
     s.add(make_req(1, 5, max_tokens=3))
     b = s.schedule(1)
-    f = b.features()
+    f = b.features(DEFAULT_PLAN)
     assert (f.num_decodes, f.num_prefills, f.new_tokens) == (1, 1, 6)
     assert f.decode_ctx == 7 and f.prefill_tokens == 5 and f.prefill_ctx == 5
     assert f.prefill_attn == 5 * 6 // 2 and f.padded_decodes == 1 and f.max_ctx == 7
     assert f.padded_tokens == 16  # a mixed step: its piecewise graph's size
-    rec = s.record(b, 1.0, 0.5)
+    rec = s.record(b, DEFAULT_PLAN, 1.0, 0.5)
     assert rec.as_row()["new_tokens"] == 6 and rec.used_pages == 4
     np.testing.assert_array_equal(b.reqs[0].output_ids, [7, -1])
 
@@ -213,7 +215,8 @@ def test_recompute_longer_than_the_budget_runs_alone_without_chunking() -> None:
 
 
 def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
-    from twinserve.core.batch import BatchFeatures, dense_layers
+    from twinserve.core.batch import BatchFeatures
+    from twinserve.core.graph_plan import GraphPlan, dense_layers
     from twinserve.simulator.stretch import DecodeStretch
 
     assert dense_layers(3, 3, True) == (4, False)  # a decode graph of 4
@@ -222,14 +225,13 @@ def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
     assert dense_layers(3000, 2, False) == (3000, True)  # eager above 2048 tokens
     assert dense_layers(130, 2, False, piecewise_max_tokens=0) == (130, True)  # no piecewise graphs
     assert BatchFeatures(new_tokens=7).padded_tokens == 7  # left unset: the new tokens
-    s = make_sched(cache="none", max_graph_bs=8)
+    s = make_sched(cache="none")
     for i in range(10):
         s.add(make_req(i, 3, max_tokens=4))
     step(s, 0)
-    f = DecodeStretch.find(s, 2).features(2)
+    f = DecodeStretch.find(s, 2).features(2, GraphPlan(max_graph_bs=8))
     assert [(x.padded_tokens, x.eager_step) for x in f] == [(16, 0), (16, 0)]  # 10 decodes > 8: pieces
-    big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024,
-                     piecewise_max_tokens=2048)
+    big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024)
     big.add(make_req(0, 3000, max_tokens=2))
-    g = big.schedule(0).features()
+    g = big.schedule(0).features(GraphPlan(piecewise_max_tokens=2048))
     assert (g.padded_tokens, g.eager_step) == (3000, 1)

@@ -1,4 +1,4 @@
-"""Which steps the engine runs as one CUDA-graph replay (`core.batch.replays_one_graph`), the
+"""Which steps the engine runs as one CUDA-graph replay (`core.graph_plan.replays_one_graph`), the
 ``graph_replay`` feature the scheduler records for the simulator's host model, and the query
 tiles of the steps whose attention is planned outside a graph (``attn_tile``)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinserve.core.batch import HYBRID_FULL_MAX_SEQS, BatchFeatures, replays_one_graph
-from twinserve.core.config import SchedulerConfig
+from twinserve.core.batch import BatchFeatures
+from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, GraphPlan, replays_one_graph
 
 
 @pytest.mark.parametrize("mode,seqs,want", [
@@ -36,11 +36,11 @@ def test_features_left_unset_take_the_older_rule():
 
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="token_graph_mode"):
-        SchedulerConfig(token_graph_mode="whole").validate()
+        GraphPlan(token_graph_mode="whole")
 
 
 def test_wide_tiles_mark_whole_step_graphs_above_the_sequence_count():
-    from twinserve.core.batch import wide_tiles_of
+    from twinserve.core.graph_plan import wide_tiles_of
 
     assert wide_tiles_of(True, False, 10, 288, 256, 256)       # a mixed whole-step graph of 288 tokens
     assert not wide_tiles_of(True, False, 10, 256, 256, 256)   # 256 tokens over 256 rows: narrow tiles
@@ -50,24 +50,22 @@ def test_wide_tiles_mark_whole_step_graphs_above_the_sequence_count():
     assert wide_tiles_of(True, False, 3, 48, 256, 32)          # a smaller running cap
 
 
-def test_the_scheduler_records_wide_tiles_for_large_whole_steps():
+def test_the_features_mark_wide_tiles_for_large_whole_steps():
     from twinserve.core.batch import Batch
 
     class R:  # just what Batch.features reads
         pass
 
     reqs = [R() for _ in range(3)]
-    b = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True],
-              token_graph_mode="full")
-    f = b.features()
+    b = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True])
+    f = b.features(GraphPlan(token_graph_mode="full"))
     assert (f.padded_tokens, f.graph_replay, f.wide_tiles) == (416, 1, 1)
-    g = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True],
-              token_graph_mode="piecewise").features()
+    g = b.features(GraphPlan(token_graph_mode="piecewise"))
     assert (g.graph_replay, g.wide_tiles) == (0, 0)
 
 
 def test_hybrid_replays_decode_heavy_steps_within_the_running_cap_whole():
-    from twinserve.core.batch import HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ, decode_heavy_whole, wide_tiles_of
+    from twinserve.core.graph_plan import HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ, decode_heavy_whole, wide_tiles_of
 
     k = HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ
     assert decode_heavy_whole(40, k * 40, 256, 256) and not decode_heavy_whole(40, k * 40 + 1, 256, 256)
@@ -83,7 +81,7 @@ def test_hybrid_replays_decode_heavy_steps_within_the_running_cap_whole():
     assert not wide_tiles_of(True, False, 99, 208, 256, 256)
 
 
-def test_the_scheduler_passes_the_decode_heavy_flag_to_its_batches():
+def test_the_plans_decode_heavy_flag_and_running_cap_reach_the_features():
     from twinserve.core.batch import Batch
 
     class R:
@@ -91,18 +89,19 @@ def test_the_scheduler_passes_the_decode_heavy_flag_to_its_batches():
 
     reqs = [R() for _ in range(40)]
     args = (0, reqs, [100] * 39 + [0], [1] * 39 + [200], [True] * 40, [0] * 40, [True] * 39 + [False])
-    f = Batch(*args, token_graph_mode="hybrid").features()
+    f = Batch(*args).features(GraphPlan(token_graph_mode="hybrid"))
     assert (f.new_tokens, f.padded_tokens, f.graph_replay, f.wide_tiles) == (239, 240, 1, 0)
-    g = Batch(*args, token_graph_mode="hybrid", hybrid_decode_heavy=False).features()
+    g = Batch(*args).features(GraphPlan(token_graph_mode="hybrid", hybrid_decode_heavy=False))
     assert (g.graph_replay, g.wide_tiles) == (0, 0)
-    h = Batch(*args, token_graph_mode="hybrid", max_running=128).features()  # 240 tokens > 128
+    h = Batch(*args).features(GraphPlan(token_graph_mode="hybrid", max_running=128))  # 240 tokens > 128
     assert h.graph_replay == 0
 
 
 def test_piece_step_marks_the_steps_that_run_the_pieces():
     """`piece_step` is 1 exactly when a step is neither one graph replay nor eager: hybrid's
     steps of many sequences that are not decode-heavy, piecewise token-graph steps."""
-    from twinserve.core.batch import Batch, piece_step_of
+    from twinserve.core.batch import Batch
+    from twinserve.core.graph_plan import piece_step_of
 
     class R:
         pass
@@ -110,7 +109,7 @@ def test_piece_step_marks_the_steps_that_run_the_pieces():
     def feats(n_dec: int, prefill: int, mode: str = "hybrid") -> BatchFeatures:
         reqs = [R() for _ in range(n_dec + 1)]
         return Batch(0, reqs, [100] * n_dec + [0], [1] * n_dec + [prefill], [True] * (n_dec + 1),
-                     [0] * (n_dec + 1), [True] * n_dec + [False], token_graph_mode=mode).features()
+                     [0] * (n_dec + 1), [True] * n_dec + [False]).features(GraphPlan(token_graph_mode=mode))
 
     whole = feats(HYBRID_FULL_MAX_SEQS - 1, 300)       # few sequences: one replay
     pieces = feats(HYBRID_FULL_MAX_SEQS + 10, 300)     # many, not decode-heavy: the pieces
@@ -124,9 +123,9 @@ def test_piece_step_marks_the_steps_that_run_the_pieces():
 
 
 def test_hybrid_replays_whole_only_up_to_its_full_graphs_largest_size():
-    """Above `core.batch.HYBRID_FULL_MAX_TOKENS` padded tokens no step is whole in ``hybrid``,
+    """Above `core.graph_plan.HYBRID_FULL_MAX_TOKENS` padded tokens no step is whole in ``hybrid``,
     neither one of few sequences nor a decode-heavy one (a ``max_running`` above that size)."""
-    from twinserve.core.batch import HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
+    from twinserve.core.graph_plan import HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
 
     top = HYBRID_FULL_MAX_TOKENS
     assert hybrid_replays_whole(1, top, top, 256) and not hybrid_replays_whole(1, top + 100, top + 128, 256)
@@ -145,7 +144,7 @@ def test_hybrid_replays_whole_only_up_to_its_full_graphs_largest_size():
     (300, 11, 4, 128),  # 1200 // 11 = 109
 ])
 def test_attn_tile_follows_flashinfers_plan_rule(tokens, seqs, group, want):
-    from twinserve.core.batch import attn_tile_of
+    from twinserve.core.graph_plan import attn_tile_of
 
     decodes = seqs - 1
     assert attn_tile_of(0, decodes, seqs, tokens, group) == want
@@ -156,7 +155,7 @@ def test_attn_tile_follows_flashinfers_plan_rule(tokens, seqs, group, want):
     assert list(arr) == [want, 0]
 
 
-def test_the_scheduler_gives_its_batches_the_models_gqa_group():
+def test_a_plans_gqa_group_sets_the_attention_tiles():
     from twinserve.core.batch import Batch
 
     class R:  # just what Batch.features reads
@@ -166,12 +165,11 @@ def test_the_scheduler_gives_its_batches_the_models_gqa_group():
     args = (0, reqs, [0, 100, 200], [40, 1, 1], [True] * 3, [0] * 3, [False, True, True])
     # 42 tokens over 3 sequences: 14 (group 1, 16-row tiles), 28 (group 2, 64), 84 (group 6, 128)
     for group, want in ((1, 16), (2, 64), (6, 128)):
-        f = Batch(*args, token_graph_mode="piecewise", gqa_group=group).features()
+        f = Batch(*args).features(GraphPlan(token_graph_mode="piecewise", gqa_group=group))
         assert (f.graph_replay, f.attn_tile) == (0, want)
-    assert Batch(*args, token_graph_mode="full", gqa_group=6).features().attn_tile == 0
-    sched_cfg = SchedulerConfig(gqa_group=0)
+    assert Batch(*args).features(GraphPlan(token_graph_mode="full", gqa_group=6)).attn_tile == 0
     with pytest.raises(ValueError, match="gqa_group"):
-        sched_cfg.validate()
+        GraphPlan(gqa_group=0)
 
 
 def test_a_models_gqa_group_is_per_rank():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from twinserve.core.graph_plan import DEFAULT_PLAN
 from twinserve.policies.cache import RadixCache
 from twinserve.policies.cache.base import PrefixCache
 
@@ -70,7 +71,7 @@ def test_decodes_reading_one_cached_prefix_count_its_pages_once() -> None:
             break
         s.complete(b, [7] * len(b), t + 0.5)
     assert b is not None and b.decode_only and len(b) == 4
-    f = b.features()
+    f = b.features(DEFAULT_PLAN)
     assert f.decode_unique_ctx == f.decode_ctx - 2 * 16
     # the generic walk of the contract's default counts the same pages
     nodes = [r.cache_node for r in b.reqs]
@@ -84,4 +85,4 @@ def test_decodes_reading_one_cached_prefix_count_its_pages_once() -> None:
         if b2.decode_only:
             break
         s2.complete(b2, [7] * len(b2), t + 0.5)
-    assert b2.features().decode_unique_ctx == b2.features().decode_ctx
+    assert b2.features(DEFAULT_PLAN).decode_unique_ctx == b2.features(DEFAULT_PLAN).decode_ctx

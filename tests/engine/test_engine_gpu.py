@@ -90,7 +90,7 @@ def test_gpu_token_graphs_match_the_eager_forward(shape, mode, tiny_model_dir):
     buffers, give the eager forward's logits, on a prefill, then a mixed step (a decode and a
     prefill; in hybrid mode, allowed one sequence for the full graph, it takes the pieces), then
     a decode-heavy one (two decodes and a 5-token prefill, padded to 16 tokens within the 16
-    running sequences: whole in hybrid mode too, `core.batch.decode_heavy_whole`)."""
+    running sequences: whole in hybrid mode too, `core.graph_plan.decode_heavy_whole`)."""
     from twinserve.core.request import Req
 
     d = tiny_model_dir(GPU_SHAPES[shape])
@@ -141,7 +141,7 @@ def _graphs_against_eager(eng, tg, batch, label: str) -> tuple[int, int, bool, f
 @pytest.mark.parametrize("shape", ["llama", "qwen3"])
 def test_gpu_token_graphs_above_2048_tokens(shape, mode, tiny_model_dir):
     """With a cap above 2,048 tokens (`EngineConfig.piecewise_max_tokens` 4096) the sizes above
-    2,048 are captured too, 128 apart (`core.batch.PAD_STEP_MAX`): a 3,000-token prefill replays
+    2,048 are captured too, 128 apart (`core.graph_plan.PAD_STEP_MAX`): a 3,000-token prefill replays
     the 3,072-token graph and gives the eager forward's logits (the bounds of the test above);
     ``hybrid`` captures its full graphs up to 2,048 tokens only and gives that step the pieces."""
     from twinserve.core.request import Req

@@ -5,11 +5,13 @@ checked on the GPU (test_engine_gpu.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
-from twinserve.core.batch import padded_token_count
+from twinserve.core.graph_plan import padded_token_count
 from twinserve.core.sampling import SamplingParams
 from twinserve.engine.llm import LLM
 from twinserve.engine.models.decoder import ForwardContext
@@ -30,7 +32,7 @@ def test_padded_token_counts_round_up_by_less_than_an_eighth_above_128():
     assert padded_token_count(2049, 2048) == 0 and padded_token_count(0, 2048) == 0
     assert padded_token_count(7, 0) == 0
     assert piece_token_counts(100)[-1] == 112  # a size above the cap when the cap is no size
-    # above 2,048 tokens the sizes are 128 apart (`core.batch.PAD_STEP_MAX`): 48 more up to 8,192
+    # above 2,048 tokens the sizes are 128 apart (`core.graph_plan.PAD_STEP_MAX`): 48 more up to 8,192
     wide = piece_token_counts(8192)
     assert wide[:40] == sizes and len(wide) == 88 and set(np.diff(wide[39:])) == {128}
     assert padded_token_count(2049, 8192) == 2176 and padded_token_count(8192, 8192) == 8192
@@ -76,7 +78,7 @@ def test_switching_graphs_off_makes_the_features_say_eager(tiny_model_dir):
     llm = LLM(str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=2048)
     eng = llm.engine
     eng.runner.token_graphs = PiecewiseGraphs(eng.runner.model, eng.runner.attn, max_tokens=64, capture=False)
-    eng.scheduler.config.piecewise_max_tokens = 64  # as an engine that captured them sets it
+    eng.plan = replace(eng.plan, piecewise_max_tokens=64)  # as an engine that captured them builds it
     params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
     eng.runner.use_graphs = True
     llm.generate(random_prompts([20], seed=2), params, use_tqdm=False)
@@ -86,4 +88,4 @@ def test_switching_graphs_off_makes_the_features_say_eager(tiny_model_dir):
     off = eng.steps[-2]
     assert (on.features.padded_tokens, on.features.eager_step, on.extra["graph_tokens"]) == (32, 0, 32)
     assert (off.features.padded_tokens, off.features.eager_step, off.extra["graph_tokens"]) == (20, 1, 0)
-    assert eng.scheduler.config.piecewise_max_tokens == 0
+    assert eng.plan.piecewise_max_tokens == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from twinserve.core.batch import padded_token_count
+from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.flashinfer_backend import split_kv_workspace_bytes
 from twinserve.engine.llm import LLM
 from twinserve.engine.models.decoder import ForwardContext
@@ -103,7 +103,7 @@ def test_token_graph_modes_are_named_and_an_unknown_one_fails_early(tiny_model_d
 
 @pytest.mark.parametrize("decode_heavy", [False, True])
 def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_model_dir, hf_model, decode_heavy):
-    from twinserve.core.batch import decode_heavy_whole
+    from twinserve.core.graph_plan import decode_heavy_whole
     from twinserve.engine.piecewise_graph import PiecewiseGraphs
     from twinserve.engine.token_graphs import HybridGraphs
 
@@ -129,9 +129,9 @@ def test_the_hybrid_mode_runs_small_steps_whole_and_large_ones_in_pieces(tiny_mo
 
 
 def test_the_hybrid_mode_sends_steps_above_its_full_cap_to_the_pieces(tiny_model_dir, hf_model, monkeypatch):
-    """`core.batch.HYBRID_FULL_MAX_TOKENS` (2,048; 16 here) caps the full graphs: a step of few
+    """`core.graph_plan.HYBRID_FULL_MAX_TOKENS` (2,048; 16 here) caps the full graphs: a step of few
     sequences padded above it takes the pieces, and the full set holds only the sizes up to it."""
-    import twinserve.core.batch as batch
+    import twinserve.core.graph_plan as graph_plan
     import twinserve.engine.token_graphs as token_graphs
     from twinserve.engine.piecewise_graph import PiecewiseGraphs
     from twinserve.engine.token_graphs import HybridGraphs
@@ -144,7 +144,7 @@ def test_the_hybrid_mode_sends_steps_above_its_full_cap_to_the_pieces(tiny_model
     monkeypatch.setattr(token_graphs, "HYBRID_FULL_MAX_TOKENS", 32)
     with pytest.raises(ValueError, match="full set captured"):  # the 32-token size would be missing
         HybridGraphs(StepGraphs(r.model, r.attn, r.pool, max_tokens=16, max_rows=4, capture=False), pieces)
-    monkeypatch.setattr(batch, "HYBRID_FULL_MAX_TOKENS", 16)
+    monkeypatch.setattr(graph_plan, "HYBRID_FULL_MAX_TOKENS", 16)
     monkeypatch.setattr(token_graphs, "HYBRID_FULL_MAX_TOKENS", 16)
     hy = HybridGraphs(StepGraphs(r.model, r.attn, r.pool, max_tokens=16, max_rows=4, capture=False), pieces,
                       max_full_seqs=4, max_rows=16, decode_heavy=False)

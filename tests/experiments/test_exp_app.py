@@ -154,10 +154,12 @@ def test_the_token_graph_cap_defaults_to_the_models_own(make_cfg: Any, tmp_path:
     from omegaconf import OmegaConf
 
     import twinserve
+    from twinserve.core.graph_plan import GraphPlan
     from twinserve.experiments.build import CalibrationMismatchWarning
 
-    def cap(*ov: str) -> int:
-        return int(OmegaConf.to_container(make_cfg(*ov), resolve=True)["scheduler"]["piecewise_max_tokens"])
+    def cap(*ov: str) -> int:  # the token-graph cap of the run's GraphPlan
+        knobs = OmegaConf.to_container(make_cfg(*ov), resolve=True)["scheduler"]
+        return GraphPlan.from_knobs(knobs).piecewise_max_tokens
 
     assert cap("model=qwen3-0.6b") == 8192 and cap("model=llama3-8b") == 2048 and cap() == 2048
     assert cap("model=qwen3-0.6b", "scheduler=lpm") == 8192
@@ -193,9 +195,9 @@ def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, m
                         types.SimpleNamespace(replay_workload=fake_replay))
     s = run_experiment(make_cfg("backend=engine", "model=tiny-llama", "backend.device=cpu",
                                 "scheduler=lpm", "scheduler.max_running=4", "kv.num_pages=64",
-                                "backend.cpu_chase=true", "backend.fast_plan=false"), tmp_path)
+                                "backend.cpu_kv_tokens=4096", "backend.fast_plan=false"), tmp_path)
     e = seen["cfg"]
-    assert e.cpu_chase is True and e.fast_plan is False
+    assert e.cpu_kv_tokens == 4096 and e.fast_plan is False
     assert e.load_format == "dummy" and Path(e.model, "config.json").is_file()
     assert (e.device, e.scheduling, e.num_pages, e.scheduler["max_running"]) == ("cpu", "lpm", 64, 4)
     assert s["run"]["backend"] == "engine" and s["rejected"]["count"] == 1 and s["completed"] == 39
@@ -295,11 +297,12 @@ def test_the_simulators_scheduler_takes_the_models_gqa_group(make_cfg: Any) -> N
     heads per KV head on one rank, as the engine's do: qwen3-0.6b 2, llama3-8b 4 (also at TP=2)."""
     from omegaconf import OmegaConf
 
-    from twinserve.experiments.build import hardware_spec, model_shape, scheduler_config
+    from twinserve.experiments.build import graph_plan, hardware_spec, model_shape, scheduler_config
 
     def group(*ov: str) -> int:
         cfg = OmegaConf.to_container(make_cfg(*ov), resolve=True)
-        return scheduler_config(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"])).gqa_group
+        shape = model_shape(cfg["model"])
+        return graph_plan(cfg, shape, scheduler_config(cfg, shape, hardware_spec(cfg["hardware"]))).gqa_group
 
     assert group("model=qwen3-0.6b") == 2 and group("model=llama3-8b") == 4 and group("model=llama3-8b", "tp=2") == 4
 

@@ -72,10 +72,10 @@ def test_refit_from_steps_matches(calibration, tmp_path):
 
 
 def test_steps_recorded_without_the_attention_tile_get_it_from_the_model(calibration, tmp_path):
-    """The engine records each step's ``attn_tile`` (`core.batch.attn_tile_of`, its model's GQA
+    """The engine records each step's ``attn_tile`` (`core.graph_plan.attn_tile_of`, its model's GQA
     group on a rank: tiny-llama's 4 heads over 2 KV heads); steps recorded before it get the
     same column from the model named to `calibrate`, and the refit is the same."""
-    from twinserve.core.batch import attn_tile_of
+    from twinserve.core.graph_plan import attn_tile_of
     from twinserve.experiments.calibrate import main
 
     _, _, steps, cal = calibration

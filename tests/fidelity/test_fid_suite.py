@@ -57,7 +57,7 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     assert set(caps) == {"azure_conv", "azure_code", "shared_prefix", "sessions"}
     assert all(v > 0 for v in caps.values())
     log = json.loads((m / "suite.json").read_text())
-    assert log["stages"][0]["stage"] == "engine" and log["stages"][0]["cpu_chase"] is False
+    assert log["stages"][0]["stage"] == "engine"
     assert log["stages"][0]["fast_plan"] is None  # logged; the CPU's torch attention plans nothing
     assert log["stages"][0]["piecewise_max_tokens"] == 0  # no token graphs on CPU
     runs = [s for s in log["stages"] if s["stage"] == "run"]
@@ -207,39 +207,3 @@ def test_the_simulator_takes_the_engine_runs_token_graphs() -> None:
     older = {"run": {"engine_config": {"piecewise_max_tokens": 2048}}}  # before the mode existed
     assert sim_matching_engine(steps, older)[-2] == "scheduler.token_graph_mode=piecewise"
     assert not any(o.startswith("scheduler.") for o in sim_matching_engine(steps, {}))
-
-
-def test_a_chasing_engines_host_probe_logs_its_vcpu(tmp_path: Path) -> None:
-    """With ``backend.cpu_chase=true`` the suite's stage log says so, and each host probe names
-    the vCPU the host thread is on and the chaser's moves (what the GPU host's runs are read by)."""
-    import os
-    import threading
-
-    from twinserve.engine.config import EngineConfig
-    from twinserve.engine.engine import Engine
-    from twinserve.engine.model_maker import make_model
-    from twinserve.experiments.fidelity_suite.cli import build_parser
-    from twinserve.experiments.fidelity_suite.engine_side import _Suite
-
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("the chaser needs at least two allowed vCPUs")
-    args = build_parser().parse_args(["engine", "--model", "tiny-llama", "--out", str(tmp_path)])
-    suite = _Suite(args)
-    model = make_model("tiny-llama", tmp_path / "model", seed=0, dtype="float32")
-    result: dict = {}
-
-    def body() -> None:  # its own thread: the chaser pins the thread that steps the engine
-        eng = Engine(EngineConfig(model=str(model), device="cpu", cache="none",
-                                  cpu_chase=True))
-        try:
-            suite.host_probe(eng, "engine")
-        finally:
-            eng.shutdown()
-        result["probe"] = suite.log["stages"][-1]
-
-    th = threading.Thread(target=body)
-    th.start()
-    th.join(120)
-    probe = result["probe"]
-    assert probe["stage"] == "host_probe" and probe["cpu_moves"] >= 1
-    assert probe["host_cpu"] in os.sched_getaffinity(0)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # helpers_server
 
 MAX_MODEL_LEN = 384
 # one torch thread per engine: CI has 2 cores shared by 4 server processes and the test process,

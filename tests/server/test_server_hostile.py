@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from helpers_server import metric
 
 MAX_MODEL_LEN = 384  # conftest.MAX_MODEL_LEN
 JSON = {"content-type": "application/json"}
@@ -29,15 +30,6 @@ SURROGATES = [
     ("/v1/completions", '{"prompt": "x", "model": "tiny\\u0000", "max_tokens": 2}', "model"),
     ("/generate", '{"input_ids": [1, 2], "model": "\\udc00", "max_tokens": 2}', "model"),
 ]
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """The value of one series of ``/metrics`` (0.0 if absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in {"model_name": "tiny-llama", **labels}.items())
-    for ln in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if ln.startswith(f"{name}{{") and ln.split("}")[0][len(name) + 1:] == want:
-            return float(ln.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def assert_in_flight_zero(url: str, timeout_s: float = 5.0) -> None:

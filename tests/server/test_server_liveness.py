@@ -13,17 +13,10 @@ import time
 import httpx
 import openai
 import pytest
+from helpers_server import metric
 
 KEY = "sk-test-0123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in {"model_name": "tiny-llama", **labels}.items())
-    for ln in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if ln.startswith(f"{name}{{") and ln.split("}")[0][len(name) + 1:] == want:
-            return float(ln.rsplit(" ", 1)[1])
-    return 0.0
 
 
 @pytest.fixture(scope="module")

@@ -159,13 +159,13 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     from twinserve.server.hydra_config import engine_config_from
 
     cfg = {"model": {"path": "/m"}, "scheduler": {"name": "fcfs", "max_running": 8}, "memory": {"name": "on_demand"},
-           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_chase": True, "overlap": None,
+           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_kv_tokens": 4096, "overlap": None,
                                                    "fast_plan": False}}
     e = engine_config_from(cfg)
-    assert (e.model, e.device, e.cpu_chase, e.overlap, e.scheduler["max_running"]) == ("/m", "cpu", True, None, 8)
+    assert (e.model, e.device, e.cpu_kv_tokens, e.overlap, e.scheduler["max_running"]) == ("/m", "cpu", 4096, None, 8)
     assert e.fast_plan is False
     cfg["backend"] = {}
-    assert engine_config_from(cfg).cpu_chase is False and engine_config_from(cfg).fast_plan is True
+    assert engine_config_from(cfg).cpu_kv_tokens == 65536 and engine_config_from(cfg).fast_plan is True
     # the engine-owned scheduler knobs reach EngineConfig (the token-graph ones were dropped before)
     cfg["scheduler"].update(piecewise_max_tokens=8192, token_graph_mode="piecewise", hybrid_decode_heavy=False,
                             page_size=32, max_graph_bs=64)

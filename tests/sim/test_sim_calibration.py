@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from twinserve.core.batch import dense_layers
+from twinserve.core.graph_plan import dense_layers
 from twinserve.calibration import fit_calibration
 from twinserve.calibration.nnls import nnls
 from twinserve.simulator.cost import COST_MODELS, Calibration, Provenance, StepNoise, find_calibration

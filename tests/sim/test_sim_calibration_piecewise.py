@@ -46,7 +46,7 @@ def test_long_prefill_spans_in_a_slow_host_episode_stay_in_the_device_fit() -> N
 
 
 def test_one_replay_steps_of_profiles_without_the_column() -> None:
-    from twinserve.core.batch import HYBRID_FULL_MAX_SEQS
+    from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS
     from twinserve.calibration.linear import assume_token_graph_mode
 
     k = HYBRID_FULL_MAX_SEQS

@@ -224,7 +224,7 @@ def test_waves_evaluate_alike_on_one_step_and_on_many(tmp_path) -> None:
 
 
 def test_the_derived_piece_step_is_a_term_on_steps_columns_and_profiles(tmp_path) -> None:
-    """``piece_step`` (`core.batch.piece_step_of`) is checked as a known feature, evaluates bit
+    """``piece_step`` (`core.graph_plan.piece_step_of`) is checked as a known feature, evaluates bit
     for bit on one step and on many, and a profile's frame gets it as a column."""
     from twinserve.calibration.linear import with_derived_features
 

@@ -187,7 +187,7 @@ class _HostBound(CostModel):
 
 
 def test_a_launch_that_runs_the_pieces_gets_a_term_of_its_own(timeline_steps, tmp_path) -> None:
-    """Steps that run the pieces (`core.batch.piece_step_of`: a graph replay per piece, the
+    """Steps that run the pieces (`core.graph_plan.piece_step_of`: a graph replay per piece, the
     attention eager between) launch longer than one replay of the same batch: the launch fit
     reads that from ``piece_step`` and the cost model gives it back; the old terms cannot."""
     extra = 1.5e-3

@@ -11,6 +11,7 @@ import pytest
 import twinserve
 
 from twinserve.core.config import SchedulerConfig
+from twinserve.core.graph_plan import DEFAULT_PLAN
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.core.scheduler import Scheduler
@@ -57,7 +58,7 @@ def test_applied_stretch_equals_stepping(policy: str, cache: str, num_pages: int
     st = DecodeStretch.find(b, 20)
     assert st is not None and st.k >= 8
     k = st.k
-    feats = st.features(k)
+    feats = st.features(k, DEFAULT_PLAN)
     cols = st.apply(tb + np.arange(1.0, k + 1))
     _one_by_one(a, ta, k)
     assert _state(a) == _state(b)

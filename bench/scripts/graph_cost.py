@@ -1,5 +1,5 @@
 """What the token graphs cost at startup, on the GPU:
-``python3 engine/scripts/graph_cost.py --shape qwen3-0.6b llama3-8b [--caps 0 2048]
+``python3 bench/scripts/graph_cost.py --shape qwen3-0.6b llama3-8b [--caps 0 2048]
 [--modes full piecewise] [--json FILE]``.
 
 For each shape (dummy weights), token-graph cap (``EngineConfig.piecewise_max_tokens``; 0 = no
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from twinserve.engine.bench import append_jsonl
+from twinserve.bench.offline import append_jsonl
 from twinserve.engine.engine import Engine, EngineConfig
 from twinserve.engine.model_maker import make_model
 

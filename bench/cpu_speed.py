@@ -1,15 +1,12 @@
-"""How fast each vCPU runs Python right now: ``python -m twinserve.engine.cpu_speed``.
+"""How fast each vCPU runs Python right now: ``twinserve-bench cpu-speed``.
 
 On the GPU host (a KVM guest) each vCPU is at times fast and at times about 1.6x slower, for
 seconds at a stretch, independently of the others and with the machine idle (docs/engine.md,
 "The host's vCPUs"). Pure-Python work shows it best, since it is what the engine's launch path
-spends its time on. This module has no heavy imports: it runs as its own process.
+spends its time on. It has no heavy imports.
 
 - ``spin_unit()``: the seconds a fixed pure-Python loop takes on the calling thread.
-- `SpeedBoard`: a file-backed array that the probe process writes and the engine reads.
-- ``probe_loop``: the probe, sweeping the vCPUs (pinned to each in turn) every ``period_s``;
-  `cpu_chase.CpuChaser` starts it as ``python -m twinserve.engine.cpu_speed --board PATH``.
-- Without ``--board`` the command is a diagnostic: it sweeps for ``--seconds`` and prints, per
+- ``diagnose``: sweeps the vCPUs (pinned to each in turn) for ``--seconds`` and reports, per
   vCPU, its median unit time and the share of sweeps it was fast in, plus how often at least
   one vCPU was fast.
 """
@@ -17,7 +14,6 @@ spends its time on. This module has no heavy imports: it runs as its own process
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -50,70 +46,10 @@ def parse_cpus(text: str) -> list[int]:
     return sorted(out)
 
 
-class SpeedBoard:
-    """Per-vCPU unit times shared between the probe process and the engine, in a file of
-    float64: ``[sweeps, engine_cpu, unit_s[0..n), stamp[0..n)]``, indexed by vCPU number.
-
-    Contract: the probe alone writes ``sweeps``, ``unit_s`` and ``stamp`` (``time.time()`` of
-    the measurement; 0 = never measured); the engine alone writes ``engine_cpu`` (the vCPU its
-    host thread is pinned to, -1 when unpinned), which the probe skips so as not to preempt it.
-    A reader may see one vCPU's entry mid-update; each entry is one aligned 8-byte store.
-    """
-
-    def __init__(self, path: str, ncpu: int, create: bool = False) -> None:
-        self.path, self.ncpu = path, int(ncpu)
-        size = 2 + 2 * self.ncpu
-        if create:
-            np.zeros(size, dtype=np.float64).tofile(path)
-        self._a = np.memmap(path, dtype=np.float64, mode="r+", shape=(size,))
-        if create:
-            self._a[1] = -1.0
-
-    @property
-    def sweeps(self) -> int:
-        return int(self._a[0])
-
-    @property
-    def engine_cpu(self) -> int:
-        return int(self._a[1])
-
-    @engine_cpu.setter
-    def engine_cpu(self, cpu: int) -> None:
-        self._a[1] = float(cpu)
-
-    def unit_s(self) -> np.ndarray:
-        return np.array(self._a[2:2 + self.ncpu])
-
-    def stamps(self) -> np.ndarray:
-        return np.array(self._a[2 + self.ncpu:])
-
-    def put(self, cpu: int, unit_s: float, stamp: float) -> None:
-        self._a[2 + cpu] = unit_s
-        self._a[2 + self.ncpu + cpu] = stamp
-
-    def end_sweep(self) -> None:
-        self._a[0] += 1.0
-
-
 def measure(cpu: int, reps: int) -> float:
     """The fastest of ``reps`` unit times with this thread pinned to ``cpu``."""
     os.sched_setaffinity(0, {cpu})
     return min(spin_unit() for _ in range(reps))
-
-
-def probe_loop(board: SpeedBoard, cpus: list[int], period_s: float, reps: int = 3,
-               stop_after_s: float = math.inf) -> None:
-    """Sweep ``cpus`` every ``period_s`` (skipping the engine's), writing ``board``, until
-    ``stop_after_s`` has passed or the parent process is gone."""
-    parent, t0 = os.getppid(), time.time()
-    while time.time() - t0 < stop_after_s and os.getppid() == parent:
-        start = time.perf_counter()
-        skip = board.engine_cpu
-        for c in cpus:
-            if c != skip:
-                board.put(c, measure(c, reps), time.time())
-        board.end_sweep()
-        time.sleep(max(0.0, period_s - (time.perf_counter() - start)))
 
 
 @dataclass(slots=True)
@@ -147,13 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cpus", default=None, help="cpu list, e.g. 0-15 (default: this process's affinity)")
     ap.add_argument("--seconds", type=float, default=15.0, help="diagnostic length")
     ap.add_argument("--reps", type=int, default=3, help="unit runs per vCPU and sweep (the fastest counts)")
-    ap.add_argument("--board", default=None, help="run as the chaser's probe, writing this SpeedBoard file")
-    ap.add_argument("--period-s", type=float, default=0.1, help="probe: seconds between sweep starts")
     args = ap.parse_args(argv)
     cpus = parse_cpus(args.cpus) if args.cpus else sorted(os.sched_getaffinity(0))
-    if args.board:
-        probe_loop(SpeedBoard(args.board, max(cpus) + 1), cpus, args.period_s, args.reps)
-        return
     reports, any_fast, n = diagnose(cpus, args.seconds, args.reps)
     print(f"{n} sweeps over {len(cpus)} vCPUs; 'fast' = under {SLOW_RATIO}x the fastest unit seen")
     for r in reports:

@@ -1,4 +1,4 @@
-"""Offline throughput and decode-step benchmarks: ``python -m twinserve.engine.bench``.
+"""Offline throughput and decode-step benchmarks: ``twinserve-bench offline``.
 
 Throughput (mini-sglang's offline recipe): 256 requests, prompt and output lengths uniform in
 [100, 1024] (numpy seed 0), prompt ids uniform in [0, 10000), ignore_eos; one warm-up run, then
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from twinserve.core.batch import TOKEN_GRAPH_MODES
+from twinserve.core.graph_plan import DEFAULT_PLAN, TOKEN_GRAPH_MODES
 from twinserve.core.model_shapes import ModelShape
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
@@ -136,9 +136,9 @@ def add_token_graph_args(ap: argparse.ArgumentParser) -> None:
     """``--piecewise-max-tokens``, ``--token-graphs`` and ``--no-decode-heavy``
     (`EngineConfig.piecewise_max_tokens`, ``token_graph_mode``, ``hybrid_decode_heavy``), for this
     CLI and the others that build an engine."""
-    ap.add_argument("--piecewise-max-tokens", type=int, default=2048,
+    ap.add_argument("--piecewise-max-tokens", type=int, default=DEFAULT_PLAN.piecewise_max_tokens,
                     help="largest prefill/mixed step that replays a token graph (0: none)")
-    ap.add_argument("--token-graphs", default="hybrid", choices=TOKEN_GRAPH_MODES,
+    ap.add_argument("--token-graphs", default=DEFAULT_PLAN.token_graph_mode, choices=TOKEN_GRAPH_MODES,
                     help="token graphs: the whole forward (full), the dense layers only (piecewise), "
                          "or full for steps of <= 32 sequences, else piecewise (hybrid)")
     ap.add_argument("--no-decode-heavy", action="store_true",
@@ -167,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=int, default=1, help="timed runs after the warm-up")
     ap.add_argument("--no-overlap", action="store_true")
     ap.add_argument("--no-cuda-graphs", action="store_true")
-    ap.add_argument("--max-graph-bs", type=int, default=256)
+    ap.add_argument("--max-graph-bs", type=int, default=DEFAULT_PLAN.max_graph_bs)
     add_token_graph_args(ap)
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=16384, help="token budget per step (= chunk size)")
-    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--page-size", type=int, default=EngineConfig.page_size)
     ap.add_argument("--cache", default="radix")
     ap.add_argument("--decode-tensor-cores", choices=["auto", "on", "off"], default="auto")
     add_fast_plan_arg(ap)

@@ -1,4 +1,4 @@
-"""Host-cost benchmark of the engine's steps: ``python -m twinserve.engine.host_bench``.
+"""Host-cost benchmark of the engine's steps: ``twinserve-bench host-steps``.
 
 The serving loop's host work sets the pace of small eager steps (a short prefill riding on a
 batch of decodes): on the H200 the eager launch of such a step took about 10 ms for both
@@ -35,7 +35,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
-from twinserve.engine.bench import add_fast_plan_arg, add_token_graph_args, append_jsonl, build_engine, engine_args
+from twinserve.bench.offline import add_fast_plan_arg, add_token_graph_args, append_jsonl, build_engine, engine_args
 from twinserve.engine.engine import Engine
 
 COLUMNS = ("launch_s", "launch_cpu_s", "sched_s", "complete_s", "post_s", "duration", "period_s")
@@ -155,8 +155,6 @@ def main(argv: list[str] | None = None) -> None:
     add_token_graph_args(ap)
     ap.add_argument("--repeats", type=int, default=3, help="series per kind (a slow host shows as spread)")
     ap.add_argument("--cprofile", type=int, default=0, help="print the N costliest functions of a mixed series")
-    ap.add_argument("--cpu-chase", choices=("off", "on", "alternate"), default="off",
-                    help="keep the host thread on a fast vCPU (EngineConfig.cpu_chase); alternate: on in even repeats")
     add_fast_plan_arg(ap)
     ap.add_argument("--json", default=None, help="append results as JSON lines to this file")
     args = ap.parse_args(argv)
@@ -165,32 +163,24 @@ def main(argv: list[str] | None = None) -> None:
     t = time.perf_counter()
     eng = build_engine(engine_args(args.shape, args.model, args.device, cache="none"),
                        piecewise_max_tokens=args.piecewise_max_tokens, token_graph_mode=args.token_graphs,
-                       hybrid_decode_heavy=not args.no_decode_heavy, cpu_chase=args.cpu_chase != "off",
-                       fast_plan=not args.no_fast_plan)
+                       hybrid_decode_heavy=not args.no_decode_heavy, fast_plan=not args.no_fast_plan)
     eng.warmup()
     print(f"engine {args.model or args.shape} on {eng.device} ready in {time.perf_counter() - t:.1f} s")
     rows: list[dict[str, Any]] = []
-    chaser = eng.chaser
     for k in range(args.repeats):
-        chasing = chaser is not None and (args.cpu_chase == "on" or k % 2 == 0)
-        eng.chaser = chaser if chasing else None
-        if chaser is not None and not chasing:
-            chaser.unpin()
         for decodes, prompt in zip(args.decodes, args.prompt):
             stats, table = host_bench(eng, decodes, args.ctx, prompt, args.steps,
                                       args.cprofile if k == args.repeats - 1 else 0)
-            where = f"  [vCPU {chaser.cpu}, {chaser.moves} moves, {chaser.sweeps} sweeps]" if chasing else ""
             label = f" {decodes}+{prompt}" if len(args.decodes) > 1 else ""
             for st in stats:
-                print(f"repeat {k}{label}: {st.line()}{where}")
+                print(f"repeat {k}{label}: {st.line()}")
                 rows.append({"model": args.model or args.shape, "repeat": k, "decodes": decodes,
-                             "prompt": prompt, "cpu_chase": chasing, "fast_plan": not args.no_fast_plan,
+                             "prompt": prompt, "fast_plan": not args.no_fast_plan,
                              "piecewise_max_tokens": args.piecewise_max_tokens,
                              "token_graph_mode": args.token_graphs, **asdict(st)})
             if table:
                 print(table)
     append_jsonl(args.json, rows)
-    eng.chaser = chaser
     eng.shutdown()
 
 

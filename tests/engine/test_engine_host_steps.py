@@ -1,4 +1,4 @@
-"""The host benchmark's fixed step shapes and the engine's ``launch_cpu_s`` column, on CPU."""
+"""The host-steps benchmark's fixed step shapes (`bench.host_steps`) and the engine's ``launch_cpu_s`` column, on CPU."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
-from twinserve.engine.host_bench import host_bench
+from twinserve.bench.host_steps import host_bench
 
 
 def test_series_hold_their_shape_and_report_the_launch_cpu_time(tiny_model_dir):
@@ -33,7 +33,7 @@ def test_the_cli_runs_one_series_per_paired_step_shape(tiny_model_dir, tmp_path,
 
     import pytest
 
-    from twinserve.engine.host_bench import main
+    from twinserve.bench.host_steps import main
 
     model = str(tiny_model_dir("tiny-llama"))
     out = tmp_path / "host.jsonl"
