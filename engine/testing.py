@@ -160,12 +160,24 @@ def chunked_prefill_logits(llm, prompt: list[int], rows: list[int]):
         return eng.model.compute_logits(h[torch.tensor(rows, device=h.device)]).float(), steps
 
 
-def hf_logits(hf, prompt: list[int], rows: list[int]):
+def hf_logits(hf, prompt: list[int], rows: list[int], chunk: int | None = None):
     """transformers' logits (as float32) at positions ``rows``: the LM head applied to those rows
-    of the final hidden states only, so a long prompt never materialises [T, vocab]."""
+    of the final hidden states only, so a long prompt never materialises [T, vocab]. With
+    ``chunk``, the prompt goes through in pieces of that many tokens over transformers' own KV
+    cache, so its attention never holds a [T, T] score matrix either."""
     import torch
 
     dev = next(hf.parameters()).device
+    ids = torch.tensor([prompt], device=dev)
     with torch.inference_mode():
-        last = hf.model(torch.tensor([prompt], device=dev)).last_hidden_state[0]
-        return hf.lm_head(last[torch.tensor(rows, device=dev)]).float()
+        if chunk is None:
+            last = hf.model(ids).last_hidden_state[0]
+            return hf.lm_head(last[torch.tensor(rows, device=dev)]).float()
+        past, picked = None, []
+        for start in range(0, len(prompt), chunk):
+            out = hf.model(ids[:, start:start + chunk], past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            here = [r - start for r in rows if start <= r < start + chunk]
+            if here:
+                picked.append(hf.lm_head(out.last_hidden_state[0, here]).float())
+        return torch.cat(picked)
