@@ -19,38 +19,39 @@ import triton.language as tl
 @triton.jit
 def _segment_max_kernel(logits_ptr, row_stride, inv_temp_ptr, noise_ptr, val_ptr, idx_ptr, seed, vocab,
                         segments, counters_per_row, SEG: tl.constexpr, BLOCK: tl.constexpr):
-    """Program (row, s): the largest score of the row's s-th stretch of ``SEG`` ids, and where.
-    Each Philox counter gives four uniforms, for four ids ``BLOCK`` apart."""
+    """Program (row, s): the largest score of the row's s-th stretch of ``SEG`` ids, and where
+    (the first such id). Each lane keeps its own running maximum (strictly larger wins, so it
+    holds its first maximum); one reduction at the end. Each Philox counter gives four
+    uniforms, for four ids ``BLOCK`` apart."""
     row = tl.program_id(0)
     seg = tl.program_id(1)
     inv_t = tl.load(inv_temp_ptr + row)
     noise = tl.load(noise_ptr + row)
     base = logits_ptr + row.to(tl.int64) * row_stride
-    best = tl.full((), float("-inf"), tl.float32)
-    best_i = tl.full((), 0, tl.int32)
     lanes = tl.arange(0, BLOCK)
+    best = tl.full((BLOCK,), float("-inf"), tl.float32)
+    best_i = tl.zeros((BLOCK,), tl.int32)
     for step in tl.static_range(0, SEG, 4 * BLOCK):
         first = seg * SEG + step
-        ctr = row * counters_per_row + first // 4 + lanes
-        u0, u1, u2, u3 = tl.rand4x(seed, ctr)
-        best, best_i = _fold(base, first, lanes, u0, inv_t, noise, vocab, best, best_i)
-        best, best_i = _fold(base, first + BLOCK, lanes, u1, inv_t, noise, vocab, best, best_i)
-        best, best_i = _fold(base, first + 2 * BLOCK, lanes, u2, inv_t, noise, vocab, best, best_i)
-        best, best_i = _fold(base, first + 3 * BLOCK, lanes, u3, inv_t, noise, vocab, best, best_i)
-    tl.store(val_ptr + row * segments + seg, best)
-    tl.store(idx_ptr + row * segments + seg, best_i)
+        u0, u1, u2, u3 = tl.rand4x(seed, row * counters_per_row + first // 4 + lanes)
+        best, best_i = _fold(base, first + lanes, u0, inv_t, noise, vocab, best, best_i)
+        best, best_i = _fold(base, first + BLOCK + lanes, u1, inv_t, noise, vocab, best, best_i)
+        best, best_i = _fold(base, first + 2 * BLOCK + lanes, u2, inv_t, noise, vocab, best, best_i)
+        best, best_i = _fold(base, first + 3 * BLOCK + lanes, u3, inv_t, noise, vocab, best, best_i)
+    m = tl.max(best, axis=0)
+    at = tl.min(tl.where(best == m, best_i, 2147483647), axis=0)
+    tl.store(val_ptr + row * segments + seg, m)
+    tl.store(idx_ptr + row * segments + seg, at)
 
 
 @triton.jit
-def _fold(base, first, lanes, u, inv_t, noise, vocab, best, best_i):
-    cols = first + lanes
+def _fold(base, cols, u, inv_t, noise, vocab, best, best_i):
     mask = cols < vocab
     x = tl.load(base + cols, mask=mask, other=float("-inf")).to(tl.float32)
     g = -tl.log(-tl.log(tl.maximum(u, 1e-20)))
     s = tl.where(mask, x * inv_t + g * noise, float("-inf"))
-    m, i = tl.max(s, axis=0, return_indices=True)
-    better = m > best
-    return tl.where(better, m, best), tl.where(better, first + i, best_i)
+    better = s > best
+    return tl.where(better, s, best), tl.where(better, cols, best_i)
 
 
 @triton.jit
