@@ -4,14 +4,16 @@ The `Scheduler` calls it at three points of a step:
 
 - ``draft(r, budget)`` while forming the batch, for a decode of ``r``: proposes up to ``k``
   tokens (fewer when the token budget, ``max_tokens`` or the proposer allow less; none for a
-  sampled request, whose exact acceptance needs rejection sampling, or for one replaying a
-  recorded answer). The row then computes ``1 + d`` tokens, counted against the budget, and
+  request with sampling options beyond temperature, top-k, top-p and the seed, or for one
+  replaying a recorded answer). The row then computes ``1 + d`` tokens, counted against the budget, and
   its pages for all of them are taken before the step.
 - ``stage(r, d)`` when the batch is launched: the ``d`` draft tokens join the request's token
   buffer as if known, so the row's input ids are ``[last token, draft...]`` and its one
   placeholder output sits after them.
 - ``accept(sched, r, start, d, out_pos, target, now)`` when the step completes, with the
-  target's greedy token at each of the row's ``1 + d`` positions: keeps the agreeing prefix
+  target's token at each of the row's ``1 + d`` positions (greedy: its argmax; sampled: the
+  rejection sampler's choice, the draft token where accepted, see engine/spec_sampler.py): keeps
+  the agreeing prefix
   of the draft and the target's token after it (`accept_greedy`), applies the stop rules token
   by token, rolls ``num_computed`` back to the accepted tokens and gives the pages beyond them
   back to the allocator.
@@ -54,12 +56,12 @@ class SpecDecoding:
 
     def draft(self, r: Req, budget: int) -> int:
         """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own
-        token included); returns how many tokens the draft has (0: a plain decode). Only greedy
-        requests without options beyond the plain sampling fields speculate, and none while
+        token included); returns how many tokens the draft has (0: a plain decode). Requests
+        with options beyond the plain sampling fields do not speculate, and none does while
         ``paused``."""
         p = r.params
         room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
-        if room < 1 or self.paused or not p.greedy or p.has_extras or r.output_hint is not None:
+        if room < 1 or self.paused or p.has_extras or r.output_hint is not None:
             return 0
         d = self.proposer.propose(r.tokens[: r.num_tokens], room)
         if d.size:
@@ -78,7 +80,7 @@ class SpecDecoding:
     def accept(self, sched: "Scheduler", r: Req, start: int, d: int, out_pos: int, target: np.ndarray,
                now: float) -> None:
         """Settle the verify row of ``r`` (computed from ``start``, with a ``d``-token draft
-        whose placeholder output is ``out_pos``) given the target's ``1 + d`` greedy tokens."""
+        whose placeholder output is ``out_pos``) given the target's ``1 + d`` tokens."""
         base = out_pos - d  # output index of the token sampled after the last known one
         draft = r.tokens[start + 1 : start + 1 + d]
         kept = accept_greedy(draft, target)

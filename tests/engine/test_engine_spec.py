@@ -64,13 +64,21 @@ def test_ngram_greedy_equals_plain(tiny_model_dir, prompts, mix):
     assert "spec_decode_num_draft_tokens" not in base_stats
 
 
-def test_sampled_requests_decode_plainly_beside_speculating_ones(tiny_model_dir, prompts):
+def test_sampled_requests_speculate_beside_greedy_ones(tiny_model_dir, prompts):
+    """Sampled requests verify drafts by rejection sampling (engine/spec_sampler.py, whose
+    distribution tests are in test_engine_spec_sampler.py); the greedy ones beside them keep
+    their plain outputs, and a seeded sampled run repeats itself."""
     model = tiny_model_dir("tiny-llama")
-    params = [GREEDY, SamplingParams(temperature=0.8, seed=5, max_tokens=40, ignore_eos=True)] * 2
+    hot = SamplingParams(temperature=0.8, seed=5, max_tokens=40, ignore_eos=True)
+    params = [GREEDY, hot] * 2
     want, _ = _run(model, prompts, params, cpu_kv_tokens=4096)
     got, stats = _run(model, prompts, params, SPEC, cpu_kv_tokens=4096)
-    assert got == want
-    assert stats["spec_decode_num_draft_tokens"] > 0
+    again, _ = _run(model, prompts, params, SPEC, cpu_kv_tokens=4096)
+    assert got[0::2] == want[0::2]
+    assert got == again
+    assert all(len(g) == 40 for g in got)
+    _, hot_stats = _run(model, prompts[1::2], hot, SPEC, cpu_kv_tokens=4096)
+    assert hot_stats["spec_decode_num_draft_tokens"] > 0
 
 
 def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts):
