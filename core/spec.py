@@ -18,34 +18,51 @@ import numpy as np
 
 from twinserve.core.registry import Registry
 
-SPEC_METHODS = ("none", "ngram")
+SPEC_METHODS = ("none", "ngram", "draft")
+MODEL_METHODS = ("draft",)  # methods whose proposer runs a model: the engine builds it (engine/spec_draft.py)
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """``method``: "none" or a `PROPOSERS` name; ``num_tokens``: k, the most tokens proposed per
-    request and step (>= 1 when a method is set); ``ngram_min`` / ``ngram_max``: the n-gram
-    lengths prompt lookup tries, longest first."""
+    """``method``: "none", a `PROPOSERS` name or "draft" (a draft model, which only an engine
+    can run); ``num_tokens``: k, the most tokens proposed per request and step (>= 1 when a
+    method is set); ``ngram_min`` / ``ngram_max``: the n-gram lengths prompt lookup tries,
+    longest first; ``draft``: with method=draft, ``layers:N`` (the target's first N layers,
+    final norm and head: self-speculation)."""
 
     method: str = "none"
     num_tokens: int = 0
     ngram_min: int = 1
     ngram_max: int = 4
+    draft: str = ""
 
     @property
     def enabled(self) -> bool:
         return self.method != "none" and self.num_tokens > 0
 
     def validate(self) -> None:
-        if self.method != "none" and self.method not in PROPOSERS:
-            raise ValueError(f"unknown spec.method '{self.method}'; known: none, {', '.join(PROPOSERS.names())}")
+        if self.method != "none" and self.method not in PROPOSERS and self.method not in MODEL_METHODS:
+            known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
+            raise ValueError(f"unknown spec.method '{self.method}'; known: {known}")
+        if self.method in MODEL_METHODS and not self.draft:
+            raise ValueError(f"spec.method={self.method} needs spec.draft (layers:N)")
+        if self.draft and self.method not in MODEL_METHODS:
+            raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
             raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
 
     def proposer(self) -> "Proposer":
+        if self.method in MODEL_METHODS:
+            raise ValueError(f"spec.method={self.method} runs a model: only an engine builds its proposer")
         return PROPOSERS.create(self.method, cfg=self)
+
+    @property
+    def draft_layers(self) -> int:
+        """N of ``draft=layers:N`` (0 when ``draft`` is not of that form)."""
+        kind, _, n = self.draft.partition(":")
+        return int(n) if kind == "layers" and n.isdigit() else 0
 
     @classmethod
     def of(cls, value: "SpecConfig | Mapping[str, Any] | None") -> "SpecConfig":

@@ -24,7 +24,7 @@ Counters (``num_drafts`` verify rows, ``num_draft_tokens`` proposed, ``num_accep
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -40,13 +40,18 @@ class SpecDecoding:
     request's buffer only between the launch and the completion of its verify step (batches
     are completed before the next is scheduled: no overlap scheduling with speculation)."""
 
-    def __init__(self, cfg: SpecConfig) -> None:
+    def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None) -> None:
+        """``propose(r, k)``: up to ``k`` draft ids for the decode of ``r`` (whose KV covers all
+        its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens."""
         cfg.validate()
         if not cfg.enabled:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
         self.cfg = cfg
         self.k = cfg.num_tokens
-        self.proposer = cfg.proposer()
+        if propose is None:
+            proposer = cfg.proposer()
+            propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
+        self.propose = propose
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -63,7 +68,7 @@ class SpecDecoding:
         room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
         if room < 1 or self.paused or p.has_extras or r.output_hint is not None:
             return 0
-        d = self.proposer.propose(r.tokens[: r.num_tokens], room)
+        d = self.propose(r, room)
         if d.size:
             self._drafts[r.rid] = d.astype(np.int32)
         else:

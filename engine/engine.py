@@ -22,7 +22,7 @@ import torch
 from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
-from twinserve.core.spec import SpecConfig
+from twinserve.core.spec import MODEL_METHODS, SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.cpu_chase import CpuChaser
@@ -31,6 +31,7 @@ from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
 from twinserve.engine.request_options import RequestOptions
+from twinserve.engine.spec_draft import build_draft
 from twinserve.engine.runner import InFlight
 
 __all__ = ["Engine", "EngineConfig", "resolve_device"]
@@ -111,7 +112,8 @@ class Engine:
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
             self.overlap = False
-            self.scheduler.spec = SpecDecoding(spec)
+            propose = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
+            self.scheduler.spec = SpecDecoding(spec, propose)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()
         self._t0 = time.perf_counter()
