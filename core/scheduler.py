@@ -349,6 +349,8 @@ class Scheduler:
         out_pos = batch.out_pos
         live = self._live
         drafts = batch.drafts
+        if drafts is not None:
+            self.spec.settle_step(batch.step, sum(drafts))
         for i, r in enumerate(batch.reqs):
             r.inflight -= 1
             if drafts is not None and drafts[i] and emits[i]:

@@ -19,7 +19,11 @@ The `Scheduler` calls it at three points of a step:
   back to the allocator.
 
 Counters (``num_drafts`` verify rows, ``num_draft_tokens`` proposed, ``num_accepted_tokens``,
-``accepted_per_pos[j]``: drafts whose position j was accepted) follow vLLM's names.
+``accepted_per_pos[j]``: drafts whose position j was accepted) follow vLLM's names;
+``reached_per_pos[j]`` counts the drafts whose position j was checked (the draft has it and
+every earlier one was accepted: ``accepted_per_pos / reached_per_pos`` are the per-position
+acceptance rates) and ``proposed_len[n]`` the proposals of n tokens (0: none found) among
+those the step left room for k.
 """
 
 from __future__ import annotations
@@ -40,9 +44,12 @@ class SpecDecoding:
     request's buffer only between the launch and the completion of its verify step (batches
     are completed before the next is scheduled: no overlap scheduling with speculation)."""
 
-    def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None) -> None:
+    def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
+                 hinted: bool = False) -> None:
         """``propose(r, k)``: up to ``k`` draft ids for the decode of ``r`` (whose KV covers all
-        its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens."""
+        its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens.
+        ``hinted``: requests with an ``output_hint`` speculate too (the simulator, whose answers
+        are hints; an engine replays hints without speculation)."""
         cfg.validate()
         if not cfg.enabled:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
@@ -52,11 +59,16 @@ class SpecDecoding:
             proposer = cfg.proposer()
             propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
         self.propose = propose
+        self.hinted = hinted
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.accepted_per_pos = np.zeros(self.k, dtype=np.int64)
+        self.reached_per_pos = np.zeros(self.k, dtype=np.int64)
+        self.proposed_len = np.zeros(self.k + 1, dtype=np.int64)
+        self.step_counts: dict[int, list[int]] = {}  # step id -> [draft tokens, accepted], see `settle_step`
+        self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
 
     def draft(self, r: Req, budget: int) -> int:
@@ -66,14 +78,23 @@ class SpecDecoding:
         ``paused``."""
         p = r.params
         room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
-        if room < 1 or self.paused or p.has_extras or r.output_hint is not None:
+        if room < 1 or self.paused or p.has_extras or (r.output_hint is not None and not self.hinted):
             return 0
         d = self.propose(r, room)
+        if room == self.k:  # a proposal the step did not cut short
+            self.proposed_len[d.size] += 1
         if d.size:
             self._drafts[r.rid] = d.astype(np.int32)
         else:
             self._drafts.pop(r.rid, None)
         return int(d.size)
+
+    def settle_step(self, step: int, num_draft_tokens: int) -> None:
+        """Start settling batch ``step`` (its rows propose ``num_draft_tokens`` in all): the
+        accepted tokens of the `accept` calls that follow are counted in ``step_counts[step]``,
+        which the backend takes for its step record (``spec_num_draft_tokens``,
+        ``spec_num_accepted_tokens``)."""
+        self._step = self.step_counts.setdefault(step, [num_draft_tokens, 0])
 
     def stage(self, r: Req, d: int) -> None:
         """Append ``r``'s ``d``-token draft (from ``draft``) to its token buffer."""
@@ -93,7 +114,9 @@ class SpecDecoding:
         self.num_drafts += 1
         self.num_draft_tokens += d
         self.num_accepted_tokens += a
+        self._step[1] += a
         self.accepted_per_pos[:a] += 1
+        self.reached_per_pos[:min(a + 1, d)] += 1
         p = r.params
         eos = sched.eos
         n_out = base + kept.size
@@ -121,13 +144,23 @@ class SpecDecoding:
 
     def stats(self) -> dict[str, float]:
         """Totals so far, with the mean accepted length per verify row (accepted drafts + 1)."""
-        n = self.num_drafts
-        out: dict[str, float] = {
-            "spec_decode_num_drafts": n,
-            "spec_decode_num_draft_tokens": self.num_draft_tokens,
-            "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
-            "spec_decode_mean_accepted_length": (self.num_accepted_tokens + n) / n if n else 0.0,
-        }
-        for j, c in enumerate(self.accepted_per_pos.tolist()):
-            out[f"spec_decode_num_accepted_tokens_pos{j}"] = c
-        return out
+        return combined_stats([self])
+
+
+def combined_stats(specs: "list[SpecDecoding]") -> dict[str, float]:
+    """The counters of one or more schedulers' `SpecDecoding` (replicas) summed, with the mean
+    accepted length per verify row (accepted drafts + 1) over all of them."""
+    n = sum(sp.num_drafts for sp in specs)
+    acc = sum(sp.num_accepted_tokens for sp in specs)
+    out: dict[str, float] = {
+        "spec_decode_num_drafts": n,
+        "spec_decode_num_draft_tokens": sum(sp.num_draft_tokens for sp in specs),
+        "spec_decode_num_accepted_tokens": acc,
+        "spec_decode_mean_accepted_length": (acc + n) / n if n else 0.0,
+    }
+    for name, attr in (("num_accepted_tokens_pos", "accepted_per_pos"), ("num_reached_pos", "reached_per_pos"),
+                       ("num_proposed_len", "proposed_len")):
+        total = np.sum([getattr(sp, attr) for sp in specs], axis=0)
+        for j, c in enumerate(total.tolist()):
+            out[f"spec_decode_{name}{j}"] = c
+    return out

@@ -352,6 +352,9 @@ class Engine:
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
         ended = self.scheduler.complete(fl.batch, tokens, t - self._t0, fl.verified)
+        if self.scheduler.spec is not None:
+            d, a = self.scheduler.spec.step_counts.pop(fl.batch.step, (0, 0))
+            rec.extra.update(spec_num_draft_tokens=float(d), spec_num_accepted_tokens=float(a))
         if fl.logprobs is not None:
             rows = fl.inputs.emit_rows.tolist()
             self.options.record([fl.batch.reqs[i] for i in rows], [fl.batch.out_pos[i] for i in rows],

@@ -86,7 +86,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     summary.json: the vLLM benchmark keys of `core.metrics.summarize` at top level, ``run`` (what
     ran: backend, model, hardware, policies, workload; plus backend facts such as the cost model),
     ``over_long`` (requests whose prompt + output exceed max_model_len: count and first ids; they
-    are reported, not trimmed) and ``timing`` (wall time, simulation speed: the only part that
+    are reported, not trimmed), ``spec`` (with speculative decoding: the ``spec_decode_*``
+    counters) and ``timing`` (wall time, simulation speed: the only part that
     differs between two identical runs). ``backend`` (a `Backend` instance) replaces the one the
     config names, e.g. an `EngineBackend` holding an engine shared by several runs.
     """
@@ -115,6 +116,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
     summary["run"] = cost_facts({**run_metadata(cfg, ctx, workload), **result.meta}, model.mismatch)
+    if "spec" in summary["run"]:  # speculative decoding's spec_decode_* counters (docs/speculation.md)
+        summary["spec"] = summary["run"].pop("spec")
     summary["over_long"] = {"max_model_len": max_len, "count": len(over), "first_ids": over[:10]}
     summary["rejected"] = {"count": len(result.rejected),
                            "first": [{"rid": r, "reason": why} for r, why in result.rejected[:10]]}

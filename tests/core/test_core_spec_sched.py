@@ -84,6 +84,7 @@ def test_spec_equals_plain_and_keeps_invariants(lens, out, k, pages, budget, eos
     # verify rows fit the budget with their k+1 tokens (only a lone recomputed prompt may exceed it)
     assert all(n <= cfg["max_num_batched_tokens"] for n in seen)
     assert sched.spec.num_accepted_tokens <= sched.spec.num_draft_tokens
+    assert (sched.spec.reached_per_pos >= sched.spec.accepted_per_pos).all()
 
 
 def test_verify_rows_count_k_plus_one_and_accept():
@@ -105,4 +106,7 @@ def test_verify_rows_count_k_plus_one_and_accept():
     assert len(r.pages) == -(-r.num_computed // 4) <= pages_before
     assert (s.spec.num_drafts, s.spec.num_draft_tokens, s.spec.num_accepted_tokens) == (1, 3, 2)
     assert s.spec.accepted_per_pos.tolist() == [1, 1, 0]
+    assert s.spec.reached_per_pos.tolist() == [1, 1, 1]  # position 2 was checked and rejected
+    assert s.spec.proposed_len.tolist() == [0, 0, 0, 1]
+    assert s.spec.step_counts[b.step] == [3, 2]
     s.check_invariants()
