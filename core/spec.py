@@ -28,13 +28,16 @@ class SpecConfig:
     can run); ``num_tokens``: k, the most tokens proposed per request and step (>= 1 when a
     method is set); ``ngram_min`` / ``ngram_max``: the n-gram lengths prompt lookup tries,
     longest first; ``draft``: with method=draft, ``layers:N`` (the target's first N layers,
-    final norm and head: self-speculation)."""
+    final norm and head: self-speculation). ``acceptance`` / ``acceptance_file``: the
+    simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them."""
 
     method: str = "none"
     num_tokens: int = 0
     ngram_min: int = 1
     ngram_max: int = 4
     draft: str = ""
+    acceptance: Any = None
+    acceptance_file: str = ""
 
     @property
     def enabled(self) -> bool:
