@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "http-overhead": Benchmark("twinserve.bench.http_overhead",
                                "HTTP serving against in-process serving (needs the engine and server extras)"),
     "sbs": Benchmark("twinserve.bench.sbs", "mini-sglang and twinserve side by side on one GPU (docs/side_by_side.md)"),
+    "spec": Benchmark("twinserve.bench.spec", "speculative decoding (ngram, draft=layers:N) against plain decoding"),
     "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
 }
 
