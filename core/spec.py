@@ -4,9 +4,11 @@ greedy acceptance.
 A proposer looks at one request's known tokens (prompt and outputs so far) and proposes up to
 ``k`` tokens that may come next; the target model then scores the last known token and the
 proposed ones in one forward of ``1 + len(draft)`` positions, and `accept_greedy` keeps the
-longest prefix of the draft that the target's own greedy choices agree with, plus the target's
-next token after it: every verify step emits between 1 and ``len(draft) + 1`` tokens, exactly
-the ones greedy decoding without speculation would have emitted.
+longest prefix of the draft that the target's choices agree with, plus the target's next token
+after it: every verify step emits between 1 and ``len(draft) + 1`` tokens. For a greedy request
+the choices are the target's argmax, so the tokens are exactly the ones greedy decoding without
+speculation would have emitted; for a sampled one they come from rejection sampling
+(engine/spec_sampler.py), which keeps the target's output distribution.
 """
 
 from __future__ import annotations
