@@ -157,6 +157,8 @@ class Scheduler:
         entries: list[tuple[Req, int, bool]] = []
         preempted: set[int] = set()
         budget = self.config.max_num_batched_tokens
+        if self.spec is not None:
+            self.spec.prepare_step(self.running)
         if self.config.mixed:
             budget = self._serve_running(now, entries, budget, preempted, True, True)
             self._admit(now, entries, budget, preempted)

@@ -45,11 +45,13 @@ class SpecDecoding:
     are completed before the next is scheduled: no overlap scheduling with speculation)."""
 
     def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
-                 hinted: bool = False) -> None:
+                 hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
         """``propose(r, k)``: up to ``k`` draft ids for the decode of ``r`` (whose KV covers all
         its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens.
         ``hinted``: requests with an ``output_hint`` speculate too (the simulator, whose answers
-        are hints; an engine replays hints without speculation)."""
+        are hints; an engine replays hints without speculation). ``prepare(reqs, k)``: called
+        by `prepare_step` with the decodes that may speculate in the coming step, so that a
+        model proposer drafts for all of them in one batch before ``propose`` asks one by one."""
         cfg.validate()
         if not cfg.enabled:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
@@ -60,6 +62,7 @@ class SpecDecoding:
             propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
         self.propose = propose
         self.hinted = hinted
+        self.prepare = prepare
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -71,6 +74,19 @@ class SpecDecoding:
         self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
 
+    def _may_speculate(self, r: Req) -> bool:
+        p = r.params
+        return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted))
+
+    def prepare_step(self, running: list[Req]) -> None:
+        """Before a step is formed: hand the running decodes that may speculate to ``prepare``."""
+        if self.prepare is None:
+            return
+        reqs = [r for r in running
+                if r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len
+                and r.params.max_tokens - r.num_output > 1 and self._may_speculate(r)]
+        self.prepare(reqs, self.k)
+
     def draft(self, r: Req, budget: int) -> int:
         """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own
         token included); returns how many tokens the draft has (0: a plain decode). Requests
@@ -78,7 +94,7 @@ class SpecDecoding:
         ``paused``."""
         p = r.params
         room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
-        if room < 1 or self.paused or p.has_extras or (r.output_hint is not None and not self.hinted):
+        if room < 1 or not self._may_speculate(r):
             return 0
         d = self.propose(r, room)
         if room == self.k:  # a proposal the step did not cut short

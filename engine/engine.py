@@ -112,8 +112,8 @@ class Engine:
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
             self.overlap = False
-            propose = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
-            self.scheduler.spec = SpecDecoding(spec, propose)
+            draft = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
+            self.scheduler.spec = SpecDecoding(spec, draft, prepare=draft.prepare if draft is not None else None)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()
         self._t0 = time.perf_counter()

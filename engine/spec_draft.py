@@ -8,12 +8,13 @@ known tokens but the last) and keeps the K/V of the few positions it proposes ov
 tensors, discarded after the proposal; the pool is never written. The verify step then
 computes and stores every position's KV with the full model.
 
-The proposal runs eagerly, one request at a time, with plain SDPA attention.
+The proposal runs eagerly, the step's decodes batched together, with plain SDPA attention over
+the gathered pages.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -26,14 +27,27 @@ from twinserve.core.spec import SpecConfig
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM
 
-DRAFTS: Registry[Callable[[Req, int], np.ndarray]] = Registry("speculative draft")
+class Draft(Protocol):
+    """A draft model's proposer: ``prepare(reqs, k)`` drafts for a step's decodes in one batch,
+    ``draft(r, k)`` (the call) returns up to ``k`` ids for one of them (`SpecDecoding`'s hooks)."""
+
+    def prepare(self, reqs: list[Req], k: int) -> None: ...
+
+    def __call__(self, r: Req, k: int) -> np.ndarray: ...
+
+
+DRAFTS: Registry[Draft] = Registry("speculative draft")
 
 
 @DRAFTS.register("layers")
 class LayerDraft:
-    """``propose(r, k)``: ``k`` greedy tokens of the target's first ``num_layers`` layers after
-    ``r``'s known tokens. Contract: ``r.num_computed == r.num_tokens - 1`` (a decode) and
-    ``r.pages`` hold the KV of positions ``< r.num_computed``; reads the pool, writes nothing."""
+    """``propose(reqs, k)``: ``k`` greedy tokens per request from the target's first
+    ``num_layers`` layers after its known tokens, all requests in one batch (one forward of the
+    N layers per proposed position, one host sync). Contract: each request is a decode
+    (``num_computed == num_tokens - 1``) whose ``pages`` hold the KV of positions
+    ``< num_computed``; reads the pool, writes nothing. ``prepare(reqs, k)`` proposes for a
+    step's decodes at once; ``__call__(r, k)`` then answers from those proposals (a request
+    not prepared, or prepared at another length, is proposed for alone)."""
 
     def __init__(self, model: CausalLM, pool: KVPool, arg: str) -> None:
         n_all = len(model.model.layers)
@@ -43,56 +57,76 @@ class LayerDraft:
         self.model = model
         self.pool = pool
         self.num_layers = int(arg)
+        self._ready: dict[int, tuple[int, np.ndarray]] = {}  # rid -> (num_tokens, proposal)
+
+    def prepare(self, reqs: list[Req], k: int) -> None:
+        self._ready = {}
+        if reqs:
+            for r, p in zip(reqs, self.propose(reqs, k)):
+                self._ready[r.rid] = (r.num_tokens, p)
 
     def __call__(self, r: Req, k: int) -> np.ndarray:
-        return self.propose(r, k)
+        hit = self._ready.get(r.rid)
+        if hit is not None and hit[0] == r.num_tokens and hit[1].size >= k:
+            return hit[1][:k]
+        return self.propose([r], k)[0]
 
     @torch.inference_mode()
-    def propose(self, r: Req, k: int) -> np.ndarray:
+    def propose(self, reqs: list[Req], k: int) -> np.ndarray:
+        """[len(reqs), k] int32 proposals."""
         dm = self.model.model
-        layers = dm.layers[: self.num_layers]
         dev = self.pool.device
-        ctx = r.num_computed
         ps = self.pool.page_size
-        pages = torch.as_tensor(r.pages[: -(-ctx // ps)], dtype=torch.int64, device=dev)
+        ctx = np.fromiter((r.num_computed for r in reqs), np.int64, len(reqs))
+        width = int(ctx.max())
+        slots = np.zeros((len(reqs), width), dtype=np.int64)  # padding reads slot 0, masked out
+        valid = np.zeros((len(reqs), width), dtype=bool)
+        for b, r in enumerate(reqs):
+            pos = np.arange(ctx[b])
+            pages = np.asarray(r.pages[: -(-int(ctx[b]) // ps)], dtype=np.int64)
+            slots[b, : ctx[b]] = pages[pos // ps] * ps + pos % ps
+            valid[b, : ctx[b]] = True
+        idx = torch.from_numpy(slots).to(dev)
+        mask = torch.from_numpy(valid).to(dev)
         past = []
         for i in range(self.num_layers):
-            kk = self.pool.k(i).index_select(0, pages).flatten(0, 1)[:ctx]
-            vv = self.pool.v(i).index_select(0, pages).flatten(0, 1)[:ctx]
-            past.append([kk, vv])
-        tok = int(r.tokens[r.num_tokens - 1])
-        out = np.empty(k, dtype=np.int32)
-        for j in range(k):
-            ids = torch.tensor([tok], dtype=torch.int64, device=dev)
-            pos = torch.tensor([ctx + j], dtype=torch.int64, device=dev)
-            h = dm.embed_tokens(ids)
+            kc, vc = self.pool.k(i), self.pool.v(i)
+            past.append([kc.view(-1, *kc.shape[2:])[idx], vc.view(-1, *vc.shape[2:])[idx]])  # [B, L, Hk, D]
+        tok = torch.tensor([int(r.tokens[r.num_tokens - 1]) for r in reqs], dtype=torch.int64, device=dev)
+        pos = torch.from_numpy(ctx).to(dev)
+        ones = torch.ones(len(reqs), 1, dtype=torch.bool, device=dev)
+        out = []
+        for _ in range(k):
+            mask = torch.cat([mask, ones], dim=1)
+            h = dm.embed_tokens(tok)
             residual = None
-            for i, layer in enumerate(layers):
+            for i, layer in enumerate(dm.layers[: self.num_layers]):
                 qkv, residual = layer.pre(h, residual, pos)
                 q, kn, vn = layer.self_attn.heads(qkv)
                 kv = past[i]
-                kv[0] = torch.cat([kv[0], kn.to(kv[0].dtype)])
-                kv[1] = torch.cat([kv[1], vn.to(kv[1].dtype)])
-                o = _attend(q, kv[0], kv[1])
-                h, residual = layer.post(o.reshape(1, -1), residual)
+                kv[0] = torch.cat([kv[0], kn[:, None].to(kv[0].dtype)], dim=1)
+                kv[1] = torch.cat([kv[1], vn[:, None].to(kv[1].dtype)], dim=1)
+                h, residual = layer.post(_attend(q, kv[0], kv[1], mask).reshape(len(reqs), -1), residual)
             h, _ = dm.norm(h, residual)
-            tok = int(self.model.compute_logits(h).argmax(dim=-1).item())
-            out[j] = tok
-        return out
+            tok = self.model.compute_logits(h).argmax(dim=-1)
+            out.append(tok)
+            pos = pos + 1
+        return torch.stack(out, dim=1).to(torch.int32).cpu().numpy()
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
-    """One query position [1, Hq, D] over every key [L, Hk, D] (no mask: all are earlier)."""
-    group = q.shape[1] // keys.shape[1]
+def _attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One query per row, q [B, Hq, D], over keys and values [B, L, Hk, D] where ``mask``
+    [B, L] is true; returns [B, Hq, D]."""
+    group = q.shape[1] // keys.shape[2]
     if group > 1:
-        keys = keys.repeat_interleave(group, dim=1)
-        vals = vals.repeat_interleave(group, dim=1)
-    o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0).to(q.dtype),
-                                       vals.transpose(0, 1).unsqueeze(0).to(q.dtype))
-    return o[0].transpose(0, 1)
+        keys = keys.repeat_interleave(group, dim=2)
+        vals = vals.repeat_interleave(group, dim=2)
+    o = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2).to(q.dtype), vals.transpose(1, 2).to(q.dtype),
+                                       attn_mask=mask[:, None, None, :])
+    return o[:, :, 0]
 
 
-def build_draft(cfg: SpecConfig, model: CausalLM, pool: KVPool) -> Callable[[Req, int], np.ndarray]:
+def build_draft(cfg: SpecConfig, model: CausalLM, pool: KVPool) -> Draft:
     """The proposer of ``cfg.draft`` (``kind:arg``) on the engine's model and pool."""
     kind, _, arg = cfg.draft.partition(":")
     if kind not in DRAFTS:

@@ -192,3 +192,31 @@ def test_layer_draft_config_errors(tiny_model_dir):
                                 spec={"method": "draft", "draft": draft, "num_tokens": 2}))
     with pytest.raises(ValueError, match="needs spec.draft"):
         Engine(EngineConfig(model=model, device="cpu", cpu_kv_tokens=1024, spec={"method": "draft", "num_tokens": 2}))
+
+
+def test_layer_draft_batch_equals_one_by_one(tiny_model_dir, prompts):
+    """Proposals drafted for a step's decodes in one padded batch equal each request's own,
+    and the step's drafts come from that batch."""
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=4096,
+                              spec={"method": "draft", "draft": "layers:2", "num_tokens": 3}))
+    try:
+        reqs = [Req(i, p, GREEDY, arrival=0.0) for i, p in enumerate(prompts)]
+        for r in reqs:
+            eng.add(r)
+        for _ in range(3):
+            eng.step()
+        draft = eng.scheduler.spec.propose
+        live = [r for r in reqs if r.num_tokens - r.num_computed == 1]
+        assert len(live) == 4 and len({r.num_computed for r in live}) > 1  # different context lengths
+        together = draft.propose(live, 3)
+        alone = np.concatenate([draft.propose([r], 3) for r in live])
+        assert (together == alone).all()
+        calls = []
+        one = draft.propose
+        draft.propose = lambda rs, k: calls.append(len(rs)) or one(rs, k)
+        eng.step()
+        assert calls == [4]  # one batch for the step, no request proposed for alone
+    finally:
+        eng.shutdown()
