@@ -81,14 +81,17 @@ def test_sampled_requests_speculate_beside_greedy_ones(tiny_model_dir, prompts):
     assert hot_stats["spec_decode_num_draft_tokens"] > 0
 
 
-def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts):
+@pytest.mark.parametrize("spec_cfg", [SPEC, {"method": "draft", "draft": "layers:1", "num_tokens": 4}],
+                         ids=["ngram", "layers1"])
+def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts, spec_cfg):
     """A second request whose prompt is the first's prompt and output hits the cache for
-    exactly the first's known tokens, and decodes the same continuation as without speculation."""
+    exactly the first's known tokens, and decodes the same continuation as without speculation
+    (the layer draft then reads cached prefix pages)."""
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = tiny_model_dir("tiny-llama")
     outs = []
-    for spec in ({}, SPEC):
+    for spec in ({}, spec_cfg):
         eng = Engine(EngineConfig(model=str(model), device="cpu", checked=True, spec=spec, cpu_kv_tokens=4096))
         first = Req(0, prompts[3], GREEDY, arrival=0.0)
         eng.add(first)
