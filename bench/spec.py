@@ -2,6 +2,7 @@
 
     twinserve-bench spec --model DIR [--workload code_edit] [--num-tokens 4] [--requests 64]
         [--ngram-batch 1 64] [--layers 24 28] [--layers-batch 1 16] [--max-output N]
+        [--spec-max-batch-size B]
         [--device auto] [--out DIR] [--name NAME]
 
 Every request of the workload (tokenized by the checkpoint's own tokenizer, greedy,
@@ -40,12 +41,15 @@ class SpecRun:
     spec: dict[str, Any]
 
 
-def plan(ngram_batch: list[int], layers: list[int], layers_batch: list[int], k: int) -> list[SpecRun]:
-    """Plain runs first (one per batch size used), then the speculating ones."""
+def plan(ngram_batch: list[int], layers: list[int], layers_batch: list[int], k: int,
+         max_batch_size: int = 0) -> list[SpecRun]:
+    """Plain runs first (one per batch size used), then the speculating ones (each with
+    ``spec.max_batch_size``)."""
     sizes = sorted(set(ngram_batch) | (set(layers_batch) if layers else set()))
+    cap = {"num_tokens": k, "max_batch_size": max_batch_size}
     runs = [SpecRun("none", b, {}) for b in sizes]
-    runs += [SpecRun("ngram", b, {"method": "ngram", "num_tokens": k}) for b in ngram_batch]
-    runs += [SpecRun(f"layers:{n}", b, {"method": "draft", "draft": f"layers:{n}", "num_tokens": k})
+    runs += [SpecRun("ngram", b, {"method": "ngram", **cap}) for b in ngram_batch]
+    runs += [SpecRun(f"layers:{n}", b, {"method": "draft", "draft": f"layers:{n}", **cap})
              for n in layers for b in layers_batch]
     return runs
 
@@ -96,6 +100,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--layers", type=int, nargs="*", default=[24, 28])
     ap.add_argument("--layers-batch", type=int, nargs="*", default=[1, 16])
     ap.add_argument("--max-output", type=int, default=None, help="cap each request's output length")
+    ap.add_argument("--spec-max-batch-size", type=int, default=0,
+                    help="spec.max_batch_size of the speculating runs (0: no limit)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None, help="folder for runs_NAME.json and the spec_*.json counter files")
     ap.add_argument("--name", default=None, help="NAME of runs_NAME.json (default: the workload)")
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     plain: dict[int, tuple[dict[str, Any], list[list[int]]]] = {}
-    for run in plan(args.ngram_batch, args.layers, args.layers_batch, args.num_tokens):
+    for run in plan(args.ngram_batch, args.layers, args.layers_batch, args.num_tokens, args.spec_max_batch_size):
         try:
             row, toks = run_once(args.model, prompts, outs, run, args.device)
         except Exception as e:  # one failed run leaves the others to run

@@ -31,7 +31,9 @@ class SpecConfig:
     method is set); ``ngram_min`` / ``ngram_max``: the n-gram lengths prompt lookup tries,
     longest first; ``draft``: with method=draft, ``layers:N`` (the target's first N layers,
     final norm and head: self-speculation). ``acceptance`` / ``acceptance_file``: the
-    simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them."""
+    simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them.
+    ``max_batch_size``: no request speculates in a step formed while more than this many
+    requests run (0: no limit), for batches where a verify step costs more than it saves."""
 
     method: str = "none"
     num_tokens: int = 0
@@ -40,6 +42,7 @@ class SpecConfig:
     draft: str = ""
     acceptance: Any = None
     acceptance_file: str = ""
+    max_batch_size: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -55,6 +58,8 @@ class SpecConfig:
             raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
             raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
+        if self.max_batch_size < 0:
+            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit), got {self.max_batch_size}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
 

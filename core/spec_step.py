@@ -63,6 +63,7 @@ class SpecDecoding:
         self.propose = propose
         self.hinted = hinted
         self.prepare = prepare
+        self._num_running = 0
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -76,10 +77,14 @@ class SpecDecoding:
 
     def _may_speculate(self, r: Req) -> bool:
         p = r.params
-        return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted))
+        cap = self.cfg.max_batch_size
+        return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
+                    or (cap and self._num_running > cap))
 
     def prepare_step(self, running: list[Req]) -> None:
-        """Before a step is formed: hand the running decodes that may speculate to ``prepare``."""
+        """Before a step is formed (the scheduler calls it with its running requests): note how
+        many run (``spec.max_batch_size``) and hand the decodes that may speculate to ``prepare``."""
+        self._num_running = len(running)
         if self.prepare is None:
             return
         reqs = [r for r in running

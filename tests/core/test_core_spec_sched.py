@@ -110,3 +110,17 @@ def test_verify_rows_count_k_plus_one_and_accept():
     assert s.spec.proposed_len.tolist() == [0, 0, 0, 1]
     assert s.spec.step_counts[b.step] == [3, 2]
     s.check_invariants()
+
+
+def test_no_speculation_above_max_batch_size():
+    """spec.max_batch_size=1: a lone request speculates, two running ones decode plainly."""
+    for n, want_drafts in ((1, True), (2, False)):
+        s = make_sched(num_pages=64, max_num_batched_tokens=64)
+        s.spec = SpecDecoding(SpecConfig("ngram", 3, 1, 2, max_batch_size=1))
+        reqs = [make_req(i, [1, 2, 3, 4, 5, 9, 1, 2], max_tokens=10) for i in range(n)]
+        for r in reqs:
+            s.add(r)
+        b = s.schedule(0.0)
+        s.complete(b, [3] * n, 1.0)
+        b = s.schedule(1.0)
+        assert (b.drafts is not None) == want_drafts
