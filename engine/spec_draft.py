@@ -71,47 +71,61 @@ class LayerDraft:
             return hit[1][:k]
         return self.propose([r], k)[0]
 
-    @torch.inference_mode()
     def propose(self, reqs: list[Req], k: int) -> np.ndarray:
         """[len(reqs), k] int32 proposals."""
-        dm = self.model.model
-        dev = self.pool.device
         ps = self.pool.page_size
-        ctx = np.fromiter((r.num_computed for r in reqs), np.int64, len(reqs))
-        width = int(ctx.max())
-        slots = np.zeros((len(reqs), width), dtype=np.int64)  # padding reads slot 0, masked out
-        valid = np.zeros((len(reqs), width), dtype=bool)
-        for b, r in enumerate(reqs):
-            pos = np.arange(ctx[b])
-            pages = np.asarray(r.pages[: -(-int(ctx[b]) // ps)], dtype=np.int64)
-            slots[b, : ctx[b]] = pages[pos // ps] * ps + pos % ps
-            valid[b, : ctx[b]] = True
-        idx = torch.from_numpy(slots).to(dev)
-        mask = torch.from_numpy(valid).to(dev)
-        past = []
-        for i in range(self.num_layers):
-            kc, vc = self.pool.k(i), self.pool.v(i)
-            past.append([kc.view(-1, *kc.shape[2:])[idx], vc.view(-1, *vc.shape[2:])[idx]])  # [B, L, Hk, D]
-        tok = torch.tensor([int(r.tokens[r.num_tokens - 1]) for r in reqs], dtype=torch.int64, device=dev)
-        pos = torch.from_numpy(ctx).to(dev)
-        ones = torch.ones(len(reqs), 1, dtype=torch.bool, device=dev)
-        out = []
-        for _ in range(k):
-            mask = torch.cat([mask, ones], dim=1)
-            h = dm.embed_tokens(tok)
-            residual = None
-            for i, layer in enumerate(dm.layers[: self.num_layers]):
-                qkv, residual = layer.pre(h, residual, pos)
-                q, kn, vn = layer.self_attn.heads(qkv)
-                kv = past[i]
-                kv[0] = torch.cat([kv[0], kn[:, None].to(kv[0].dtype)], dim=1)
-                kv[1] = torch.cat([kv[1], vn[:, None].to(kv[1].dtype)], dim=1)
-                h, residual = layer.post(_attend(q, kv[0], kv[1], mask).reshape(len(reqs), -1), residual)
-            h, _ = dm.norm(h, residual)
-            tok = self.model.compute_logits(h).argmax(dim=-1)
-            out.append(tok)
-            pos = pos + 1
-        return torch.stack(out, dim=1).to(torch.int32).cpu().numpy()
+        return propose_batch(self.model, self.num_layers, self.pool,
+                             [_slots(r.pages, r.num_computed, ps) for r in reqs],
+                             [int(r.tokens[r.num_tokens - 1]) for r in reqs], k)
+
+
+def _slots(pages: list[int], n: int, page_size: int) -> np.ndarray:
+    """Flat pool slots of positions ``0..n-1`` of a request holding ``pages``."""
+    pos = np.arange(n)
+    return np.asarray(pages[: -(-n // page_size)], dtype=np.int64)[pos // page_size] * page_size + pos % page_size
+
+
+@torch.inference_mode()
+def propose_batch(model: CausalLM, num_layers: int, pool: KVPool, slots: list[np.ndarray], last: list[int],
+                  k: int) -> np.ndarray:
+    """``k`` greedy tokens per row from ``model``'s first ``num_layers`` layers, its final norm
+    and head: row b has the KV of its positions ``0..len(slots[b])-1`` at those ``pool`` slots
+    and ``last[b]`` at the next position. The proposals' own K/V stay in local tensors."""
+    dm = model.model
+    dev = pool.device
+    ctx = np.fromiter((s.size for s in slots), np.int64, len(slots))
+    width = max(int(ctx.max()), 1)
+    flat = np.zeros((len(slots), width), dtype=np.int64)  # padding reads slot 0, masked out
+    valid = np.zeros((len(slots), width), dtype=bool)
+    for b, s in enumerate(slots):
+        flat[b, : s.size] = s
+        valid[b, : s.size] = True
+    idx = torch.from_numpy(flat).to(dev)
+    mask = torch.from_numpy(valid).to(dev)
+    past = []
+    for i in range(num_layers):
+        kc, vc = pool.k(i), pool.v(i)
+        past.append([kc.view(-1, *kc.shape[2:])[idx], vc.view(-1, *vc.shape[2:])[idx]])  # [B, L, Hk, D]
+    tok = torch.tensor(last, dtype=torch.int64, device=dev)
+    pos = torch.from_numpy(ctx).to(dev)
+    ones = torch.ones(len(slots), 1, dtype=torch.bool, device=dev)
+    out = []
+    for _ in range(k):
+        mask = torch.cat([mask, ones], dim=1)
+        h = dm.embed_tokens(tok)
+        residual = None
+        for i, layer in enumerate(dm.layers[:num_layers]):
+            qkv, residual = layer.pre(h, residual, pos)
+            q, kn, vn = layer.self_attn.heads(qkv)
+            kv = past[i]
+            kv[0] = torch.cat([kv[0], kn[:, None].to(kv[0].dtype)], dim=1)
+            kv[1] = torch.cat([kv[1], vn[:, None].to(kv[1].dtype)], dim=1)
+            h, residual = layer.post(_attend(q, kv[0], kv[1], mask).reshape(len(slots), -1), residual)
+        h, _ = dm.norm(h, residual)
+        tok = model.compute_logits(h).argmax(dim=-1)
+        out.append(tok)
+        pos = pos + 1
+    return torch.stack(out, dim=1).to(torch.int32).cpu().numpy()
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
