@@ -30,7 +30,7 @@ class SpecConfig:
     can run); ``num_tokens``: k, the most tokens proposed per request and step (>= 1 when a
     method is set); ``ngram_min`` / ``ngram_max``: the n-gram lengths prompt lookup tries,
     longest first; ``draft``: with method=draft, ``layers:N`` (the target's first N layers,
-    final norm and head: self-speculation). ``acceptance`` / ``acceptance_file``: the
+    final norm and head: self-speculation) or a checkpoint folder with the target's vocabulary. ``acceptance`` / ``acceptance_file``: the
     simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them.
     ``max_batch_size``: no request speculates in a step formed while more than this many
     requests run (0: no limit), for batches where a verify step costs more than it saves."""
@@ -53,7 +53,7 @@ class SpecConfig:
             known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
             raise ValueError(f"unknown spec.method '{self.method}'; known: {known}")
         if self.method in MODEL_METHODS and not self.draft:
-            raise ValueError(f"spec.method={self.method} needs spec.draft (layers:N)")
+            raise ValueError(f"spec.method={self.method} needs spec.draft (layers:N or a checkpoint folder)")
         if self.draft and self.method not in MODEL_METHODS:
             raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
@@ -67,12 +67,6 @@ class SpecConfig:
         if self.method in MODEL_METHODS:
             raise ValueError(f"spec.method={self.method} runs a model: only an engine builds its proposer")
         return PROPOSERS.create(self.method, cfg=self)
-
-    @property
-    def draft_layers(self) -> int:
-        """N of ``draft=layers:N`` (0 when ``draft`` is not of that form)."""
-        kind, _, n = self.draft.partition(":")
-        return int(n) if kind == "layers" and n.isdigit() else 0
 
     @classmethod
     def of(cls, value: "SpecConfig | Mapping[str, Any] | None") -> "SpecConfig":

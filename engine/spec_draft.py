@@ -9,7 +9,7 @@ tensors, discarded after the proposal; the pool is never written. The verify ste
 computes and stores every position's KV with the full model.
 
 The proposal runs eagerly, the step's decodes batched together, with plain SDPA attention over
-the gathered pages.
+the gathered pages. A separate checkpoint (``spec.draft=PATH``) is engine/spec_draft_model.py.
 """
 
 from __future__ import annotations
@@ -141,9 +141,11 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch
 
 
 def build_draft(cfg: SpecConfig, model: CausalLM, pool: KVPool) -> Draft:
-    """The proposer of ``cfg.draft`` (``kind:arg``) on the engine's model and pool."""
+    """The proposer of ``cfg.draft`` on the engine's model and pool: ``kind:arg`` of a
+    `DRAFTS` kind (``layers:N``), else a checkpoint folder (kind ``path``)."""
+    import twinserve.engine.spec_draft_model  # noqa: F401  (registers "path")
+
     kind, _, arg = cfg.draft.partition(":")
     if kind not in DRAFTS:
-        raise UserError(f"spec.draft '{cfg.draft}': known forms are {', '.join(k + ':N' for k in DRAFTS.names())}",
-                        key="spec.draft")
+        kind, arg = "path", cfg.draft
     return DRAFTS.create(kind, model=model, pool=pool, arg=arg)

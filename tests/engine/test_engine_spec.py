@@ -189,7 +189,7 @@ def test_layer_draft_config_errors(tiny_model_dir):
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = str(tiny_model_dir("tiny-llama"))
-    for draft, msg in (("layers:99", "1 <= N"), ("eagle:3", "known forms")):
+    for draft, msg in (("layers:99", "1 <= N"), ("eagle:3", "not a checkpoint folder")):
         with pytest.raises(UserError, match=msg):
             Engine(EngineConfig(model=model, device="cpu", cpu_kv_tokens=1024,
                                 spec={"method": "draft", "draft": draft, "num_tokens": 2}))
@@ -221,5 +221,49 @@ def test_layer_draft_batch_equals_one_by_one(tiny_model_dir, prompts):
         draft.propose = lambda rs, k: calls.append(len(rs)) or one(rs, k)
         eng.step()
         assert calls == [4]  # one batch for the step, no request proposed for alone
+    finally:
+        eng.shutdown()
+
+
+def test_draft_checkpoint_greedy_equals_plain(tiny_model_dir, prompts):
+    """spec.draft=PATH: a separate checkpoint with its own KV pool. The target's own checkpoint
+    as the draft accepts (nearly) every proposal; another model (other weights) leaves the
+    output unchanged; both across a batch, chunked prefill and preemption (pool pages freed)."""
+    from twinserve.core.model_shapes import get_shape
+    from twinserve.engine.model_maker import make_model
+
+    model = tiny_model_dir("tiny-llama")
+    other = make_model(get_shape("tiny-llama"), model.parent / "other-draft", seed=7, dtype="float32")
+    for kw in (dict(cpu_kv_tokens=4096),
+               dict(cpu_kv_tokens=4096, scheduler={"max_num_batched_tokens": 24, "chunked_prefill": True,
+                                                    "chunk_size": 24}),
+               dict(num_pages=20)):
+        want, _ = _run(model, prompts, GREEDY, **kw)
+        same, s1 = _run(model, prompts, GREEDY, {"method": "draft", "draft": str(model), "num_tokens": 3}, **kw)
+        diff, s2 = _run(model, prompts, GREEDY, {"method": "draft", "draft": str(other), "num_tokens": 3}, **kw)
+        assert same == want and diff == want
+        assert s1["spec_decode_num_accepted_tokens"] >= 0.95 * s1["spec_decode_num_draft_tokens"] > 0, s1
+        assert s2["spec_decode_num_draft_tokens"] > 0
+        assert s2["spec_decode_num_accepted_tokens"] < 0.5 * s2["spec_decode_num_draft_tokens"], s2
+
+
+def test_draft_checkpoint_pool_pages_are_returned(tiny_model_dir, prompts):
+    """The draft's own pool: after every step its free pages and the requests' pages partition
+    it (preemption under 20 pages included); once all requests finished, every page is free."""
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    model = tiny_model_dir("tiny-llama")
+    eng = Engine(EngineConfig(model=str(model), device="cpu", num_pages=20, checked=True,
+                              spec={"method": "draft", "draft": str(model), "num_tokens": 3}))
+    try:
+        for i, p in enumerate(prompts):
+            eng.add(Req(i, p, GREEDY, arrival=0.0))
+        dm = eng.scheduler.spec.propose
+        while eng.has_work():
+            eng.step()
+            held = [p for st in dm._kv.values() for p in st.pages]
+            assert sorted(held + dm._free) == list(range(dm.pool.geom.num_pages))
+        dm.prepare([], 3)
+        assert len(dm._free) == dm.pool.geom.num_pages
     finally:
         eng.shutdown()
