@@ -11,7 +11,7 @@ is queued at once with ``max_running=B``: once without speculation for each batc
 with ``spec.method=ngram`` at each ``--ngram-batch`` and with ``spec.method=draft
 spec.draft=layers:N`` for each N of ``--layers`` at each ``--layers-batch``. One JSON line per
 run: mean TPOT (over requests: (finish - first token) / (outputs - 1)), output tokens per
-second, the acceptance rate (accepted / proposed), the mean accepted length, the TPOT ratio to
+second, with a draft model the wall time of its proposals (``draft_s``), the acceptance rate (accepted / proposed), the mean accepted length, the TPOT ratio to
 the plain run of the same batch and whether the run emitted the plain run's tokens. With
 ``--out DIR``: ``runs_<name>.json`` (``--name``, default the workload; all rows, rewritten after each run, so a crash keeps
 the runs before it) and per speculating run ``spec_<workload>_<method>_b<B>.json`` holding its ``spec_decode_*``
@@ -80,6 +80,8 @@ def run_once(model: str, prompts: list[np.ndarray], outs: list[int], run: SpecRu
                                "mean_tpot_ms": 1e3 * float(np.mean(tpot)), "output_tok_s": sum(outs) / wall,
                                "wall_s": wall}
         counters = eng.scheduler.spec.stats() if eng.scheduler.spec is not None else {}
+        if run.spec.get("method") == "draft":  # the draft model's proposals, summed over steps
+            row["draft_s"] = float(sum(rec.extra.get("spec_draft_s", 0.0) for rec in eng.steps))
         if counters:
             proposed = counters["spec_decode_num_draft_tokens"]
             row["acceptance_rate"] = counters["spec_decode_num_accepted_tokens"] / proposed if proposed else 0.0

@@ -28,6 +28,7 @@ those the step left room for k.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -64,6 +65,7 @@ class SpecDecoding:
         self.hinted = hinted
         self.prepare = prepare
         self._num_running = 0
+        self.prepare_s = 0.0  # wall time of the latest prepare (a draft model's proposals), seconds
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -87,10 +89,12 @@ class SpecDecoding:
         self._num_running = len(running)
         if self.prepare is None:
             return
+        t0 = time.perf_counter()
         reqs = [r for r in running
                 if r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len
                 and r.params.max_tokens - r.num_output > 1 and self._may_speculate(r)]
         self.prepare(reqs, self.k)
+        self.prepare_s = time.perf_counter() - t0
 
     def draft(self, r: Req, budget: int) -> int:
         """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own

@@ -190,6 +190,8 @@ class Engine:
             t_s = time.perf_counter()
             start = t_s - self._t0
             rec = self.scheduler.record(batch, start, 0.0, t_s - t)
+            if self.scheduler.spec is not None:  # the draft model's proposals, inside sched_s
+                rec.extra["spec_draft_s"] = self.scheduler.spec.prepare_s
             c_s = time.thread_time()
             fl = self._launch(batch, start)
             launch_cpu = time.thread_time() - c_s

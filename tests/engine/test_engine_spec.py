@@ -221,6 +221,7 @@ def test_layer_draft_batch_equals_one_by_one(tiny_model_dir, prompts):
         draft.propose = lambda rs, k: calls.append(len(rs)) or one(rs, k)
         eng.step()
         assert calls == [4]  # one batch for the step, no request proposed for alone
+        assert eng.steps[-1].extra["spec_draft_s"] > 0  # the proposals' time is in the step record
     finally:
         eng.shutdown()
 
