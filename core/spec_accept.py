@@ -11,7 +11,8 @@ next ``a`` tokens then a token that differs from the answer, so the scheduler's 
 Sources: ``spec.acceptance`` (one rate for every position, or a list of k rates; every proposal
 then has k tokens) or ``spec.acceptance_file`` (a JSON file: either ``{"acceptance_rates":
 [...], "proposed_length_counts": [...]}`` or an engine run's ``summary.json`` with its
-``spec_decode_*`` counters, from which `from_counters` derives both).
+``spec_decode_*`` counters, from which `from_counters` derives both, and the time a draft
+model's proposals took per step, ``draft_step_s``, which the simulator adds to such steps).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class AcceptanceModel:
     rates: tuple[float, ...]
     length_probs: tuple[float, ...]
     seed: int = 0
+    draft_step_s: float = 0.0  # seconds a draft model's proposals add to a step with verify rows
 
     def __post_init__(self) -> None:
         if not self.rates or any(not 0.0 <= a <= 1.0 for a in self.rates):
@@ -78,7 +80,8 @@ class AcceptanceModel:
     @classmethod
     def from_counters(cls, stats: Mapping[str, Any], seed: int = 0) -> "AcceptanceModel":
         """The model an engine's ``spec_decode_*`` counters measured: rate j = drafts whose
-        position j was accepted / drafts that reached it; lengths from the proposal counts."""
+        position j was accepted / drafts that reached it; lengths from the proposal counts; a
+        draft model's mean proposal time per step (``spec_decode_draft_s_per_step``) when it ran."""
         k = 0
         while f"spec_decode_num_reached_pos{k}" in stats:
             k += 1
@@ -89,7 +92,7 @@ class AcceptanceModel:
         acc = np.array([float(stats[f"spec_decode_num_accepted_tokens_pos{j}"]) for j in range(k)])
         rates = np.where(reached > 0, acc / np.maximum(reached, 1), 0.0)
         lens = np.array([float(stats.get(f"spec_decode_num_proposed_len{n}", 0)) for n in range(k + 1)])
-        return cls(tuple(rates.tolist()), _probs(lens), seed)
+        return cls(tuple(rates.tolist()), _probs(lens), seed, float(stats.get("spec_decode_draft_s_per_step", 0.0)))
 
     @classmethod
     def from_config(cls, spec: Mapping[str, Any], k: int, seed: int = 0) -> "AcceptanceModel":

@@ -66,6 +66,9 @@ class SpecDecoding:
         self.prepare = prepare
         self._num_running = 0
         self.prepare_s = 0.0  # wall time of the latest prepare (a draft model's proposals), seconds
+        self.prepare_total_s = 0.0  # of every prepare with requests to draft for
+        self.num_prepares = 0
+        self.draft_step_s = 0.0  # the simulator's price of a draft model's proposals per step with verify rows
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
@@ -95,6 +98,9 @@ class SpecDecoding:
                 and r.params.max_tokens - r.num_output > 1 and self._may_speculate(r)]
         self.prepare(reqs, self.k)
         self.prepare_s = time.perf_counter() - t0
+        if reqs:
+            self.prepare_total_s += self.prepare_s
+            self.num_prepares += 1
 
     def draft(self, r: Req, budget: int) -> int:
         """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own
@@ -183,6 +189,9 @@ def combined_stats(specs: "list[SpecDecoding]") -> dict[str, float]:
         "spec_decode_num_accepted_tokens": acc,
         "spec_decode_mean_accepted_length": (acc + n) / n if n else 0.0,
     }
+    preps = sum(sp.num_prepares for sp in specs)
+    if preps:  # a draft model ran: its mean proposal time per step
+        out["spec_decode_draft_s_per_step"] = sum(sp.prepare_total_s for sp in specs) / preps
     for name, attr in (("num_accepted_tokens_pos", "accepted_per_pos"), ("num_reached_pos", "reached_per_pos"),
                        ("num_proposed_len", "proposed_len")):
         total = np.sum([getattr(sp, attr) for sp in specs], axis=0)

@@ -130,6 +130,7 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
             eos_token_ids=cfg["model"].get("eos_token_ids") or (), checked=checked)
         if accept is not None:
             s.spec = SpecDecoding(spec, accept.propose, hinted=True)
+            s.spec.draft_step_s = accept.draft_step_s
         made.append(s)
         return s
 

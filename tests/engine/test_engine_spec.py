@@ -222,6 +222,7 @@ def test_layer_draft_batch_equals_one_by_one(tiny_model_dir, prompts):
         eng.step()
         assert calls == [4]  # one batch for the step, no request proposed for alone
         assert eng.steps[-1].extra["spec_draft_s"] > 0  # the proposals' time is in the step record
+        assert eng.stats()["spec_decode_draft_s_per_step"] > 0  # and its mean, for the simulator
     finally:
         eng.shutdown()
 

@@ -74,3 +74,20 @@ def test_same_config_runs_on_the_engine(make_cfg: Any, tmp_path: Path) -> None:
     assert steps["spec_num_draft_tokens"].sum() == sp["spec_decode_num_draft_tokens"]
     assert steps["spec_num_accepted_tokens"].sum() == sp["spec_decode_num_accepted_tokens"]
     assert np.isfinite(s["mean_tpot_ms"])
+
+
+def test_sim_prices_a_draft_models_proposals(make_cfg: Any, tmp_path: Path) -> None:
+    """An acceptance file with a draft model's measured proposal time per step: the simulator
+    adds it to each step with verify rows (host time and wall time)."""
+    counters = {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 5,
+                "spec_decode_num_proposed_len0": 0, "spec_decode_num_proposed_len1": 10}
+    runs = {}
+    for name, draft_s in (("free", 0.0), ("priced", 0.01)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"spec": {**counters, "spec_decode_draft_s_per_step": draft_s}}))
+        runs[name] = run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=1",
+                                             f"spec.acceptance_file={path}"), tmp_path / name)
+    steps = load_run(tmp_path / "priced")[1]
+    verify = steps["spec_num_draft_tokens"] > 0
+    assert verify.any() and (steps.loc[verify, "cpu_s"] >= 0.01).all() and (steps.loc[~verify, "cpu_s"] < 0.01).all()
+    assert runs["priced"]["mean_tpot_ms"] > runs["free"]["mean_tpot_ms"] + 5
