@@ -74,6 +74,9 @@ def test_same_config_runs_on_the_engine(make_cfg: Any, tmp_path: Path) -> None:
     assert steps["spec_num_draft_tokens"].sum() == sp["spec_decode_num_draft_tokens"]
     assert steps["spec_num_accepted_tokens"].sum() == sp["spec_decode_num_accepted_tokens"]
     assert np.isfinite(s["mean_tpot_ms"])
+    d = run_experiment(make_cfg(*SMALL, "spec.method=draft", "spec.draft=layers:1", "spec.num_tokens=3", *eng),
+                       tmp_path / "draft")
+    assert d["completed"] == 12 and load_run(tmp_path / "draft")[2]["spec"]["spec_decode_draft_s_per_step"] > 0
 
 
 def test_sim_prices_a_draft_models_proposals(make_cfg: Any, tmp_path: Path) -> None:
