@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "sbs": Benchmark("twinserve.bench.sbs", "mini-sglang and twinserve side by side on one GPU (docs/side_by_side.md)"),
     "step-kernels": Benchmark("twinserve.bench.step_kernels",
                               "decode/prefill attention, KV store and sampling kernels by variant (CUDA)"),
+    "spec": Benchmark("twinserve.bench.spec", "speculative decoding (ngram, draft=layers:N) against plain decoding"),
     "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
     "offline": Benchmark("twinserve.bench.offline",
                          "engine offline throughput (mini-sglang's recipe) and decode steps against the bandwidth bound"),

@@ -158,6 +158,8 @@ class Scheduler:
         entries: list[tuple[Req, int, bool]] = []
         preempted: set[int] = set()
         budget = self.config.max_num_batched_tokens
+        if self.spec is not None:
+            self.spec.prepare_step(self.running)
         if self.config.mixed:
             budget = self._serve_running(now, entries, budget, preempted, True, True)
             self._admit(now, entries, budget, preempted)
@@ -348,6 +350,8 @@ class Scheduler:
         out_pos = batch.out_pos
         live = self._live
         drafts = batch.drafts
+        if drafts is not None:
+            self.spec.settle_step(batch.step, sum(drafts))
         for i, r in enumerate(batch.reqs):
             r.inflight -= 1
             if drafts is not None and drafts[i] and emits[i]:

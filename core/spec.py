@@ -4,9 +4,11 @@ greedy acceptance.
 A proposer looks at one request's known tokens (prompt and outputs so far) and proposes up to
 ``k`` tokens that may come next; the target model then scores the last known token and the
 proposed ones in one forward of ``1 + len(draft)`` positions, and `accept_greedy` keeps the
-longest prefix of the draft that the target's own greedy choices agree with, plus the target's
-next token after it: every verify step emits between 1 and ``len(draft) + 1`` tokens, exactly
-the ones greedy decoding without speculation would have emitted.
+longest prefix of the draft that the target's choices agree with, plus the target's next token
+after it: every verify step emits between 1 and ``len(draft) + 1`` tokens. For a greedy request
+the choices are the target's argmax, so the tokens are exactly the ones greedy decoding without
+speculation would have emitted; for a sampled one they come from rejection sampling
+(engine/spec_sampler.py), which keeps the target's output distribution.
 """
 
 from __future__ import annotations
@@ -18,33 +20,52 @@ import numpy as np
 
 from twinserve.core.registry import Registry
 
-SPEC_METHODS = ("none", "ngram")
+SPEC_METHODS = ("none", "ngram", "draft")
+MODEL_METHODS = ("draft",)  # methods whose proposer runs a model: the engine builds it (engine/spec_draft.py)
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """``method``: "none" or a `PROPOSERS` name; ``num_tokens``: k, the most tokens proposed per
-    request and step (>= 1 when a method is set); ``ngram_min`` / ``ngram_max``: the n-gram
-    lengths prompt lookup tries, longest first."""
+    """``method``: "none", a `PROPOSERS` name or "draft" (a draft model, which only an engine
+    can run); ``num_tokens``: k, the most tokens proposed per request and step (>= 1 when a
+    method is set); ``ngram_min`` / ``ngram_max``: the n-gram lengths prompt lookup tries,
+    longest first; ``draft``: with method=draft, ``layers:N`` (the target's first N layers,
+    final norm and head: self-speculation) or a checkpoint folder with the target's vocabulary. ``acceptance`` / ``acceptance_file``: the
+    simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them.
+    ``max_batch_size``: no request speculates in a step formed while more than this many
+    requests run (0: no limit), for batches where a verify step costs more than it saves."""
 
     method: str = "none"
     num_tokens: int = 0
     ngram_min: int = 1
     ngram_max: int = 4
+    draft: str = ""
+    acceptance: Any = None
+    acceptance_file: str = ""
+    max_batch_size: int = 0
 
     @property
     def enabled(self) -> bool:
         return self.method != "none" and self.num_tokens > 0
 
     def validate(self) -> None:
-        if self.method != "none" and self.method not in PROPOSERS:
-            raise ValueError(f"unknown spec.method '{self.method}'; known: none, {', '.join(PROPOSERS.names())}")
+        if self.method != "none" and self.method not in PROPOSERS and self.method not in MODEL_METHODS:
+            known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
+            raise ValueError(f"unknown spec.method '{self.method}'; known: {known}")
+        if self.method in MODEL_METHODS and not self.draft:
+            raise ValueError(f"spec.method={self.method} needs spec.draft (layers:N or a checkpoint folder)")
+        if self.draft and self.method not in MODEL_METHODS:
+            raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
             raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
+        if self.max_batch_size < 0:
+            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit), got {self.max_batch_size}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
 
     def proposer(self) -> "Proposer":
+        if self.method in MODEL_METHODS:
+            raise ValueError(f"spec.method={self.method} runs a model: only an engine builds its proposer")
         return PROPOSERS.create(self.method, cfg=self)
 
     @classmethod

@@ -4,25 +4,32 @@ The `Scheduler` calls it at three points of a step:
 
 - ``draft(r, budget)`` while forming the batch, for a decode of ``r``: proposes up to ``k``
   tokens (fewer when the token budget, ``max_tokens`` or the proposer allow less; none for a
-  sampled request, whose exact acceptance needs rejection sampling, or for one replaying a
-  recorded answer). The row then computes ``1 + d`` tokens, counted against the budget, and
+  request with sampling options beyond temperature, top-k, top-p and the seed, or for one
+  replaying a recorded answer). The row then computes ``1 + d`` tokens, counted against the budget, and
   its pages for all of them are taken before the step.
 - ``stage(r, d)`` when the batch is launched: the ``d`` draft tokens join the request's token
   buffer as if known, so the row's input ids are ``[last token, draft...]`` and its one
   placeholder output sits after them.
 - ``accept(sched, r, start, d, out_pos, target, now)`` when the step completes, with the
-  target's greedy token at each of the row's ``1 + d`` positions: keeps the agreeing prefix
+  target's token at each of the row's ``1 + d`` positions (greedy: its argmax; sampled: the
+  rejection sampler's choice, the draft token where accepted, see engine/spec_sampler.py): keeps
+  the agreeing prefix
   of the draft and the target's token after it (`accept_greedy`), applies the stop rules token
   by token, rolls ``num_computed`` back to the accepted tokens and gives the pages beyond them
   back to the allocator.
 
 Counters (``num_drafts`` verify rows, ``num_draft_tokens`` proposed, ``num_accepted_tokens``,
-``accepted_per_pos[j]``: drafts whose position j was accepted) follow vLLM's names.
+``accepted_per_pos[j]``: drafts whose position j was accepted) follow vLLM's names;
+``reached_per_pos[j]`` counts the drafts whose position j was checked (the draft has it and
+every earlier one was accepted: ``accepted_per_pos / reached_per_pos`` are the per-position
+acceptance rates) and ``proposed_len[n]`` the proposals of n tokens (0: none found) among
+those the step left room for k.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -38,35 +45,87 @@ class SpecDecoding:
     request's buffer only between the launch and the completion of its verify step (batches
     are completed before the next is scheduled: no overlap scheduling with speculation)."""
 
-    def __init__(self, cfg: SpecConfig) -> None:
+    def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
+                 hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
+        """``propose(r, k)``: up to ``k`` draft ids for the decode of ``r`` (whose KV covers all
+        its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens.
+        ``hinted``: requests with an ``output_hint`` speculate too (the simulator, whose answers
+        are hints; an engine replays hints without speculation). ``prepare(reqs, k)``: called
+        by `prepare_step` with the decodes that may speculate in the coming step, so that a
+        model proposer drafts for all of them in one batch before ``propose`` asks one by one."""
         cfg.validate()
         if not cfg.enabled:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
         self.cfg = cfg
         self.k = cfg.num_tokens
-        self.proposer = cfg.proposer()
+        if propose is None:
+            proposer = cfg.proposer()
+            propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
+        self.propose = propose
+        self.hinted = hinted
+        self.prepare = prepare
+        self._num_running = 0
+        self.prepare_s = 0.0  # wall time of the latest prepare (a draft model's proposals), seconds
+        self.prepare_total_s = 0.0  # of every prepare with requests to draft for
+        self.num_prepares = 0
+        self.draft_step_s = 0.0  # the simulator's price of a draft model's proposals per step with verify rows
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.accepted_per_pos = np.zeros(self.k, dtype=np.int64)
+        self.reached_per_pos = np.zeros(self.k, dtype=np.int64)
+        self.proposed_len = np.zeros(self.k + 1, dtype=np.int64)
+        self.step_counts: dict[int, list[int]] = {}  # step id -> [draft tokens, accepted], see `settle_step`
+        self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
+
+    def _may_speculate(self, r: Req) -> bool:
+        p = r.params
+        cap = self.cfg.max_batch_size
+        return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
+                    or (cap and self._num_running > cap))
+
+    def prepare_step(self, running: list[Req]) -> None:
+        """Before a step is formed (the scheduler calls it with its running requests): note how
+        many run (``spec.max_batch_size``) and hand the decodes that may speculate to ``prepare``."""
+        self._num_running = len(running)
+        if self.prepare is None:
+            return
+        t0 = time.perf_counter()
+        reqs = [r for r in running
+                if r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len
+                and r.params.max_tokens - r.num_output > 1 and self._may_speculate(r)]
+        self.prepare(reqs, self.k)
+        self.prepare_s = time.perf_counter() - t0
+        if reqs:
+            self.prepare_total_s += self.prepare_s
+            self.num_prepares += 1
 
     def draft(self, r: Req, budget: int) -> int:
         """Propose for the decode of ``r`` with ``budget`` tokens left in the step (its own
-        token included); returns how many tokens the draft has (0: a plain decode). Only greedy
-        requests without options beyond the plain sampling fields speculate, and none while
+        token included); returns how many tokens the draft has (0: a plain decode). Requests
+        with options beyond the plain sampling fields do not speculate, and none does while
         ``paused``."""
         p = r.params
         room = min(self.k, budget - 1, p.max_tokens - r.num_output - 1)
-        if room < 1 or self.paused or not p.greedy or p.has_extras or r.output_hint is not None:
+        if room < 1 or not self._may_speculate(r):
             return 0
-        d = self.proposer.propose(r.tokens[: r.num_tokens], room)
+        d = self.propose(r, room)
+        if room == self.k:  # a proposal the step did not cut short
+            self.proposed_len[d.size] += 1
         if d.size:
             self._drafts[r.rid] = d.astype(np.int32)
         else:
             self._drafts.pop(r.rid, None)
         return int(d.size)
+
+    def settle_step(self, step: int, num_draft_tokens: int) -> None:
+        """Start settling batch ``step`` (its rows propose ``num_draft_tokens`` in all): the
+        accepted tokens of the `accept` calls that follow are counted in ``step_counts[step]``,
+        which the backend takes for its step record (``spec_num_draft_tokens``,
+        ``spec_num_accepted_tokens``)."""
+        self._step = self.step_counts.setdefault(step, [num_draft_tokens, 0])
 
     def stage(self, r: Req, d: int) -> None:
         """Append ``r``'s ``d``-token draft (from ``draft``) to its token buffer."""
@@ -78,7 +137,7 @@ class SpecDecoding:
     def accept(self, sched: "Scheduler", r: Req, start: int, d: int, out_pos: int, target: np.ndarray,
                now: float) -> None:
         """Settle the verify row of ``r`` (computed from ``start``, with a ``d``-token draft
-        whose placeholder output is ``out_pos``) given the target's ``1 + d`` greedy tokens."""
+        whose placeholder output is ``out_pos``) given the target's ``1 + d`` tokens."""
         base = out_pos - d  # output index of the token sampled after the last known one
         draft = r.tokens[start + 1 : start + 1 + d]
         kept = accept_greedy(draft, target)
@@ -86,7 +145,9 @@ class SpecDecoding:
         self.num_drafts += 1
         self.num_draft_tokens += d
         self.num_accepted_tokens += a
+        self._step[1] += a
         self.accepted_per_pos[:a] += 1
+        self.reached_per_pos[:min(a + 1, d)] += 1
         p = r.params
         eos = sched.eos
         n_out = base + kept.size
@@ -114,13 +175,26 @@ class SpecDecoding:
 
     def stats(self) -> dict[str, float]:
         """Totals so far, with the mean accepted length per verify row (accepted drafts + 1)."""
-        n = self.num_drafts
-        out: dict[str, float] = {
-            "spec_decode_num_drafts": n,
-            "spec_decode_num_draft_tokens": self.num_draft_tokens,
-            "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
-            "spec_decode_mean_accepted_length": (self.num_accepted_tokens + n) / n if n else 0.0,
-        }
-        for j, c in enumerate(self.accepted_per_pos.tolist()):
-            out[f"spec_decode_num_accepted_tokens_pos{j}"] = c
-        return out
+        return combined_stats([self])
+
+
+def combined_stats(specs: "list[SpecDecoding]") -> dict[str, float]:
+    """The counters of one or more schedulers' `SpecDecoding` (replicas) summed, with the mean
+    accepted length per verify row (accepted drafts + 1) over all of them."""
+    n = sum(sp.num_drafts for sp in specs)
+    acc = sum(sp.num_accepted_tokens for sp in specs)
+    out: dict[str, float] = {
+        "spec_decode_num_drafts": n,
+        "spec_decode_num_draft_tokens": sum(sp.num_draft_tokens for sp in specs),
+        "spec_decode_num_accepted_tokens": acc,
+        "spec_decode_mean_accepted_length": (acc + n) / n if n else 0.0,
+    }
+    preps = sum(sp.num_prepares for sp in specs)
+    if preps:  # a draft model ran: its mean proposal time per step
+        out["spec_decode_draft_s_per_step"] = sum(sp.prepare_total_s for sp in specs) / preps
+    for name, attr in (("num_accepted_tokens_pos", "accepted_per_pos"), ("num_reached_pos", "reached_per_pos"),
+                       ("num_proposed_len", "proposed_len")):
+        total = np.sum([getattr(sp, attr) for sp in specs], axis=0)
+        for j, c in enumerate(total.tolist()):
+            out[f"spec_decode_{name}{j}"] = c
+    return out

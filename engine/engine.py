@@ -23,7 +23,7 @@ import torch
 from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
-from twinserve.core.spec import SpecConfig
+from twinserve.core.spec import MODEL_METHODS, SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.executor import RankExecutor, resolve_device
@@ -31,6 +31,7 @@ from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
 from twinserve.engine.request_options import RequestOptions
+from twinserve.engine.spec_draft import build_draft
 from twinserve.engine.runner import InFlight
 
 __all__ = ["Engine", "EngineConfig", "resolve_device"]
@@ -111,7 +112,8 @@ class Engine:
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
             self.overlap = False
-            self.scheduler.spec = SpecDecoding(spec)
+            draft = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
+            self.scheduler.spec = SpecDecoding(spec, draft, prepare=draft.prepare if draft is not None else None)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()
         self._t0 = time.perf_counter()
@@ -185,6 +187,8 @@ class Engine:
             t_s = time.perf_counter()
             start = t_s - self._t0
             rec = self.scheduler.record(batch, self.plan, start, 0.0, t_s - t)
+            if self.scheduler.spec is not None:  # the draft model's proposals, inside sched_s
+                rec.extra["spec_draft_s"] = self.scheduler.spec.prepare_s
             c_s = time.thread_time()
             fl = self._launch(batch, start)
             launch_cpu = time.thread_time() - c_s
@@ -343,6 +347,9 @@ class Engine:
         tokens, duration = self._finish(fl)
         t = time.perf_counter()
         ended = self.scheduler.complete(fl.batch, tokens, t - self._t0, fl.verified)
+        if self.scheduler.spec is not None:
+            d, a = self.scheduler.spec.step_counts.pop(fl.batch.step, (0, 0))
+            rec.extra.update(spec_num_draft_tokens=float(d), spec_num_accepted_tokens=float(a))
         if fl.logprobs is not None:
             rows = fl.inputs.emit_rows.tolist()
             self.options.record([fl.batch.reqs[i] for i in rows], [fl.batch.out_pos[i] for i in rows],

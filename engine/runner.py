@@ -16,6 +16,7 @@ from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.logits_processing import prompt_logprobs
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 from twinserve.engine.sampler import Sampler
+from twinserve.engine.spec_sampler import verify_sample
 from twinserve.engine.step_inputs import StepInputs, build_step_inputs
 from twinserve.engine.token_graphs import TOKEN_GRAPHS, TokenGraphs
 
@@ -179,7 +180,10 @@ class ModelRunner:
             if inp.prompt_lp is not None:
                 fl.prompt_lp = prompt_logprobs(self.model, hidden, inp.prompt_lp)
         if inp.num_emit:
-            tokens = self.sampler.sample(logits, inp.sampling)
+            if inp.draft_ids is not None and not inp.sampling.all_greedy:
+                tokens = verify_sample(self.sampler, logits, inp.sampling, inp.draft_ids)
+            else:
+                tokens = self.sampler.sample(logits, inp.sampling)
             if inp.forced is not None:  # a replayed trace's answers replace the sampled tokens
                 pos, vals = (torch.from_numpy(a).to(self.device, non_blocking=True) for a in inp.forced)
                 tokens[pos] = vals.to(tokens.dtype)

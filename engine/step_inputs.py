@@ -29,7 +29,9 @@ class StepInputs:
     ``output_hint``: a replayed trace's answers). ``prompt_lp``: which prompt positions' logprobs
     to compute (`PromptLogprobsSpec`), None for none. ``logit_counts`` (None unless a row
     speculates, `Batch.drafts`): how many consecutive logits rows, ending at its last token,
-    each emitting row scores (1 + its draft's length), so that ``num_emit`` counts logits rows.
+    each emitting row scores (1 + its draft's length), so that ``num_emit`` counts logits rows;
+    ``draft_ids`` then holds the token proposed after each logits row (-1 after a row's last),
+    which rejection sampling (engine/spec_sampler.py) accepts or replaces.
     The object references no `Req`, so it fully describes a step to a tensor-parallel rank that
     holds no scheduler.
     """
@@ -47,6 +49,7 @@ class StepInputs:
     forced: tuple[np.ndarray, np.ndarray] | None = None
     prompt_lp: object = None  # a PromptLogprobsSpec (engine.logits_processing) when a request wants them
     logit_counts: np.ndarray | None = None
+    draft_ids: np.ndarray | None = None  # with logit_counts: the draft token at each logits row, -1 at a row's last
 
     def views(self, dev_packed: torch.Tensor) -> dict[str, torch.Tensor]:
         t, e, p = self.num_padded, self.num_emit, self.num_ph
@@ -103,6 +106,11 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
     if batch.drafts is not None and emit_rows.size:
         counts = np.asarray(batch.drafts, dtype=np.int64)[emit_rows] + 1
         logits_idx = np.repeat(logits_idx - counts + 1, counts) + _ranges(counts)
+        last = np.zeros(logits_idx.size, dtype=bool)
+        last[np.cumsum(counts) - 1] = True
+        draft_ids = np.where(last, -1, ids[np.minimum(logits_idx + 1, t - 1)])
+    else:
+        draft_ids = None
 
     ph_idx = np.nonzero(ids == PLACEHOLDER)[0]
     if ph_idx.size:
@@ -142,7 +150,8 @@ def build_step_inputs(batch: Batch, page_size: int, scratch_page: int, prev_rows
         forced = _forced(reqs, batch.out_pos, emit_rows)
     return StepInputs(packed=packed, num_tokens=t, num_padded=tp, num_emit=int(logits_idx.size),
                       num_ph=int(ph_idx.size), emit_rows=emit_rows, attn=attn, sampling=sampling,
-                      num_rows=b, graph_bs=pad_to, forced=forced, logit_counts=counts)
+                      num_rows=b, graph_bs=pad_to, forced=forced, logit_counts=counts,
+                      draft_ids=draft_ids)
 
 
 def _ranges(counts: np.ndarray) -> np.ndarray:

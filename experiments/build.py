@@ -11,6 +11,9 @@ from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.errors import UserError
 from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
+from twinserve.core.spec import SpecConfig
+from twinserve.core.spec_accept import AcceptanceModel
+from twinserve.core.spec_step import SpecDecoding
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
 from twinserve.simulator.hardware import GPUSpec, get_hardware
@@ -117,18 +120,38 @@ def graph_plan(cfg: Mapping[str, Any], shape: ModelShape, sc: SchedulerConfig) -
 
 
 def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False) -> Callable[[], Any]:
-    """A zero-argument function that builds one fresh Scheduler per call (one per replica)."""
+    """A zero-argument function that builds one fresh Scheduler per call (one per replica);
+    with ``spec`` set, each speculates through the config's `AcceptanceModel`. ``make.made``
+    lists the schedulers built so far, in order (replica i is the i-th)."""
     from twinserve.policies.factory import build_scheduler
 
+    spec, accept = sim_speculation(cfg)
+    made: list[Any] = []
+
     def make() -> Any:
-        return build_scheduler(
+        s = build_scheduler(
             SchedulerConfig(**{f.name: getattr(sc, f.name) for f in fields(SchedulerConfig)}),
             scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
             cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
             memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
             eos_token_ids=cfg["model"].get("eos_token_ids") or (), checked=checked)
+        if accept is not None:
+            s.spec = SpecDecoding(spec, accept.propose, hinted=True)
+            s.spec.draft_step_s = accept.draft_step_s
+        made.append(s)
+        return s
 
+    make.made = made  # type: ignore[attr-defined]
     return make
+
+
+def sim_speculation(cfg: Mapping[str, Any]) -> tuple[SpecConfig, AcceptanceModel | None]:
+    """The run's ``spec`` node and, when speculation is on, the simulator's acceptance model."""
+    node = dict(plain(cfg.get("spec")) or {})
+    spec = SpecConfig.of(node)
+    if not spec.enabled:
+        return spec, None
+    return spec, AcceptanceModel.from_config(node, spec.num_tokens, int(cfg.get("seed", 0)))
 
 
 class CalibrationMismatchWarning(UserWarning):

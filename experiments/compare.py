@@ -245,7 +245,9 @@ def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[st
 
 
 def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
-    """Run the engine, then the simulator on the engine's pool size, then `write_report`."""
+    """Run the engine, then the simulator on the engine's pool size (and, with speculation and
+    no acceptance given, the engine's measured acceptance: ``spec.acceptance_file``), then
+    `write_report`."""
     from twinserve.experiments.run import load_run, run_experiment
 
     out = Path(out)
@@ -254,6 +256,9 @@ def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = N
     _, steps, summary = load_run(out / "engine")
     user_loop = any(o.startswith(("sim.pipeline=", "backend.pipeline=")) for o in clean)
     extra = [o for o in sim_matching_engine(steps, summary) if not (user_loop and o.startswith("backend.pipeline="))]
+    if "spec" in summary and not any(o.startswith(("spec.acceptance=", "spec.acceptance_file=")) for o in clean):
+        # the simulator's acceptance model: what the engine measured on this workload
+        extra.append(f"spec.acceptance_file={out / 'engine' / 'summary.json'}")
     run_experiment(compose_config([*for_backend(clean, "sim"), "backend=sim", *extra]), out / "sim")
     return write_report(out / "engine", out / "sim", out, title)
 

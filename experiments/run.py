@@ -89,7 +89,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     ``over_long`` (requests whose prompt + output exceed max_model_len: count and first ids; they
     are reported, not trimmed), ``filtered`` (what workload filters such as
     ``workload.max_prompt_tokens`` dropped), ``prefix_cache`` (hit rate, the trace's
-    infinite-cache bound and their ratio: `prefix_report.prefix_cache_record`) and ``timing`` (wall time, simulation speed: the only part that
+    infinite-cache bound and their ratio: `prefix_report.prefix_cache_record`),
+    ``spec`` (with speculative decoding: the ``spec_decode_*`` counters) and ``timing`` (wall time, simulation speed: the only part that
     differs between two identical runs). ``backend`` (a `Backend` instance) replaces the one the
     config names, e.g. an `EngineBackend` holding an engine shared by several runs.
     """
@@ -120,6 +121,8 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
     summary["run"] = cost_facts({**run_metadata(cfg, ctx, workload), **result.meta}, model.mismatch)
+    if "spec" in summary["run"]:  # speculative decoding's spec_decode_* counters (docs/speculation.md)
+        summary["spec"] = summary["run"].pop("spec")
     summary["over_long"] = {"max_model_len": max_len, "count": len(over), "first_ids": over[:10]}
     summary["filtered"] = filters_record(workload)
     summary["prefix_cache"] = prefix_cache_record(result.requests, workload)

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Generator
 
+import numpy as np
 from simpy import Event
 
 from twinserve.core.batch import Batch
@@ -27,6 +28,24 @@ def batch_tokens(batch: Batch) -> list[int]:
     for r, e, p in zip(batch.reqs, batch.emits, batch.out_pos):
         h = r.output_hint
         out.append(int(h[p]) if e and h is not None and p < len(h) else 0)
+    return out
+
+
+def batch_verified(batch: Batch) -> list | None:
+    """Per row of a batch with verify rows (``batch.drafts``), the answer's tokens at its
+    ``1 + d`` positions (None for plain rows); None for a batch without verify rows."""
+    if batch.drafts is None:
+        return None
+    out: list = []
+    for r, d, e, p in zip(batch.reqs, batch.drafts, batch.emits, batch.out_pos):
+        if not (d and e):
+            out.append(None)
+            continue
+        h = r.output_hint
+        v = np.zeros(d + 1, dtype=np.int64)
+        seg = h[p - d:p + 1]
+        v[:seg.size] = seg
+        out.append(v)
     return out
 
 
@@ -106,7 +125,7 @@ class Replica(ABC):
     def _complete(self, batch: Batch, rec: StepRecord, wall: float) -> None:
         """After a step's wall time: deliver its tokens, log its record, hand on finished ones."""
         self.busy_s += wall
-        finished = self.sched.complete(batch, batch_tokens(batch), self.env.now)
+        finished = self.sched.complete(batch, batch_tokens(batch), self.env.now, batch_verified(batch))
         self.steps.add(rec)
         if self.check:
             self.sched.check_invariants()

@@ -76,4 +76,10 @@ class PlainReplica(Replica):
         gpu, cpu = self.cost.step_costs(batch.features(self.plan))
         if self.noise is not None:
             gpu = gpu * self.noise.one()
-        return gpu, cpu, self.cost.wall_time(gpu, cpu)
+        wall = self.cost.wall_time(gpu, cpu)
+        spec = self.sched.spec
+        if spec is not None and batch.drafts is not None and spec.draft_step_s:
+            # a draft model's proposals run before the step, on the host's clock (sched time)
+            cpu += spec.draft_step_s
+            wall += spec.draft_step_s
+        return gpu, cpu, wall

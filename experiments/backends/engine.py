@@ -52,9 +52,13 @@ class EngineBackend(Backend):
         b = ctx.cfg["backend"]
         eng = self.engine if self.engine is not None else Engine(engine_config(ctx))
         try:
+            # speculation needs the model's own tokens: the trace's answers are not forced then
             reqs, records = replay_workload(eng.cfg, workload, progress=ctx.progress,
-                                            warmup=bool(b.get("warmup", True)), engine=eng)
+                                            warmup=bool(b.get("warmup", True)), engine=eng,
+                                            answers=eng.scheduler.spec is None)
             meta = {"hardware": device_hardware(eng), "engine_config": _used_config(eng)}
+            if eng.scheduler.spec is not None:
+                meta["spec"] = eng.scheduler.spec.stats()
         finally:
             if self.engine is None:
                 eng.shutdown()

@@ -5,10 +5,15 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
+
+from twinserve.core.errors import UserError
+from twinserve.core.spec_step import combined_stats
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
 from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, graph_plan, plain,
-                                         scheduler_config, scheduler_factory, token_graph_mismatch)
+                                         scheduler_config, scheduler_factory, sim_speculation,
+                                         token_graph_mismatch)
 from twinserve.simulator import SimConfig, simulate
 
 
@@ -27,21 +32,32 @@ class SimBackend(Backend):
         mismatch = token_graph_mismatch(choice.model, plan, choice.source)
         if mismatch:
             warnings.warn(mismatch, CalibrationMismatchWarning, stacklevel=2)
+        # speculation: one step at a time, as the engine runs it (no overlap, no decode stretches)
+        spec_on = sim_speculation(cfg)[0].enabled
+        if spec_on and bool(b.get("pipeline", False)):
+            raise UserError("speculative decoding runs without overlap: leave backend.pipeline false",
+                            key="backend.pipeline")
         sim_cfg = SimConfig(
             replicas=int(cfg.get("replicas", 1)), router=str(cfg.get("router", "round_robin")),
             router_kwargs=dict(plain(cfg.get("router_kwargs")) or {}),
-            fast_forward=bool(b.get("fast_forward", True)),
+            fast_forward=bool(b.get("fast_forward", True)) and not spec_on,
             check_invariants=bool(b.get("check_invariants", False)), noise=bool(b.get("noise", False)),
             seed=int(cfg.get("seed", 0)), keep_steps=bool(b.get("keep_steps", True)),
             max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
             pipeline=bool(b.get("pipeline", False)),
-            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead),
+            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead) and not spec_on,
             host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
             or _host_episodes(b.get("host_episodes", "auto"), choice.model, bool(b.get("pipeline", False)),
                               workload, int(cfg.get("seed", 0))),
             plan=plan)
-        res = simulate(workload, scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants),
-                       choice.model, sim_cfg)
+        make = scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants)
+        res = simulate(workload, make, choice.model, sim_cfg)
+        steps = res.steps
+        spec_meta = {}
+        if spec_on:
+            specs = [s.spec for s in make.made]
+            spec_meta = {"spec": combined_stats(specs)}
+            steps = with_spec_columns(steps, [sp.step_counts for sp in specs])
         stats = res.stats()
         timing = {k: stats.pop(k) for k in ("wall_s", "requests_per_wall_s", "sim_speedup")}
         meta = {"cost_model": choice.model.describe(), "cost_model_source": choice.source,
@@ -49,8 +65,23 @@ class SimBackend(Backend):
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
                 "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,
-                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"), **stats}
-        return BackendResult(res.requests, res.steps, res.rejected, meta, timing)
+                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"), **stats,
+                **spec_meta}
+        return BackendResult(res.requests, steps, res.rejected, meta, timing)
+
+
+def with_spec_columns(steps: Any, counts: list[dict[int, list[int]]]) -> Any:
+    """``steps`` with ``spec_num_draft_tokens`` and ``spec_num_accepted_tokens`` per row, from
+    each replica's `SpecDecoding.step_counts` (0 for steps without verify rows)."""
+    if steps is None or not len(steps):
+        return steps
+    d = np.zeros(len(steps))
+    a = np.zeros(len(steps))
+    for i, (rep, step) in enumerate(zip(steps["replica"].to_numpy(), steps["step"].to_numpy())):
+        c = counts[int(rep)].get(int(step))
+        if c is not None:
+            d[i], a[i] = c
+    return steps.assign(spec_num_draft_tokens=d, spec_num_accepted_tokens=a)
 
 
 def _lag(value: object, auto: bool) -> bool:

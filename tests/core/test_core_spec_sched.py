@@ -84,6 +84,7 @@ def test_spec_equals_plain_and_keeps_invariants(lens, out, k, pages, budget, eos
     # verify rows fit the budget with their k+1 tokens (only a lone recomputed prompt may exceed it)
     assert all(n <= cfg["max_num_batched_tokens"] for n in seen)
     assert sched.spec.num_accepted_tokens <= sched.spec.num_draft_tokens
+    assert (sched.spec.reached_per_pos >= sched.spec.accepted_per_pos).all()
 
 
 def test_verify_rows_count_k_plus_one_and_accept():
@@ -97,6 +98,8 @@ def test_verify_rows_count_k_plus_one_and_accept():
     b = s.schedule(1.0)
     assert b.drafts == [3] and b.new_tokens == [4] and not b.is_decode[0]
     assert r.tokens[b.starts[0]: b.starts[0] + 4].tolist() == [3, 4, 5, 9]
+    f = b.features()  # what a cost model prices: a row of 1 + 3 new tokens after its context
+    assert (f.new_tokens, f.num_decodes, f.prefill_tokens, f.prefill_ctx) == (4, 0, 4, b.starts[0] + 4)
     pages_before = len(r.pages)
     # the target agrees with 4 and 5, then says 7: outputs 3, 4, 5, 7
     s.complete(b, [0], 2.0, [np.array([4, 5, 7, 8])])
@@ -105,4 +108,21 @@ def test_verify_rows_count_k_plus_one_and_accept():
     assert len(r.pages) == -(-r.num_computed // 4) <= pages_before
     assert (s.spec.num_drafts, s.spec.num_draft_tokens, s.spec.num_accepted_tokens) == (1, 3, 2)
     assert s.spec.accepted_per_pos.tolist() == [1, 1, 0]
+    assert s.spec.reached_per_pos.tolist() == [1, 1, 1]  # position 2 was checked and rejected
+    assert s.spec.proposed_len.tolist() == [0, 0, 0, 1]
+    assert s.spec.step_counts[b.step] == [3, 2]
     s.check_invariants()
+
+
+def test_no_speculation_above_max_batch_size():
+    """spec.max_batch_size=1: a lone request speculates, two running ones decode plainly."""
+    for n, want_drafts in ((1, True), (2, False)):
+        s = make_sched(num_pages=64, max_num_batched_tokens=64)
+        s.spec = SpecDecoding(SpecConfig("ngram", 3, 1, 2, max_batch_size=1))
+        reqs = [make_req(i, [1, 2, 3, 4, 5, 9, 1, 2], max_tokens=10) for i in range(n)]
+        for r in reqs:
+            s.add(r)
+        b = s.schedule(0.0)
+        s.complete(b, [3] * n, 1.0)
+        b = s.schedule(1.0)
+        assert (b.drafts is not None) == want_drafts

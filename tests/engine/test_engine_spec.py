@@ -64,23 +64,34 @@ def test_ngram_greedy_equals_plain(tiny_model_dir, prompts, mix):
     assert "spec_decode_num_draft_tokens" not in base_stats
 
 
-def test_sampled_requests_decode_plainly_beside_speculating_ones(tiny_model_dir, prompts):
+def test_sampled_requests_speculate_beside_greedy_ones(tiny_model_dir, prompts):
+    """Sampled requests verify drafts by rejection sampling (engine/spec_sampler.py, whose
+    distribution tests are in test_engine_spec_sampler.py); the greedy ones beside them keep
+    their plain outputs, and a seeded sampled run repeats itself."""
     model = tiny_model_dir("tiny-llama")
-    params = [GREEDY, SamplingParams(temperature=0.8, seed=5, max_tokens=40, ignore_eos=True)] * 2
+    hot = SamplingParams(temperature=0.8, seed=5, max_tokens=40, ignore_eos=True)
+    params = [GREEDY, hot] * 2
     want, _ = _run(model, prompts, params, cpu_kv_tokens=4096)
     got, stats = _run(model, prompts, params, SPEC, cpu_kv_tokens=4096)
-    assert got == want
-    assert stats["spec_decode_num_draft_tokens"] > 0
+    again, _ = _run(model, prompts, params, SPEC, cpu_kv_tokens=4096)
+    assert got[0::2] == want[0::2]
+    assert got == again
+    assert all(len(g) == 40 for g in got)
+    _, hot_stats = _run(model, prompts[1::2], hot, SPEC, cpu_kv_tokens=4096)
+    assert hot_stats["spec_decode_num_draft_tokens"] > 0
 
 
-def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts):
+@pytest.mark.parametrize("spec_cfg", [SPEC, {"method": "draft", "draft": "layers:1", "num_tokens": 4}],
+                         ids=["ngram", "layers1"])
+def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts, spec_cfg):
     """A second request whose prompt is the first's prompt and output hits the cache for
-    exactly the first's known tokens, and decodes the same continuation as without speculation."""
+    exactly the first's known tokens, and decodes the same continuation as without speculation
+    (the layer draft then reads cached prefix pages)."""
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = tiny_model_dir("tiny-llama")
     outs = []
-    for spec in ({}, SPEC):
+    for spec in ({}, spec_cfg):
         eng = Engine(EngineConfig(model=str(model), device="cpu", checked=True, spec=spec, cpu_kv_tokens=4096))
         first = Req(0, prompts[3], GREEDY, arrival=0.0)
         eng.add(first)
@@ -114,9 +125,17 @@ def test_spec_refuses_overlap_and_bad_config(tiny_model_dir):
         Engine(EngineConfig(model=model, device="cpu", spec={"method": "eagle", "num_tokens": 2}, cpu_kv_tokens=1024))
 
 
-def test_real_model_code_echo_accepts_drafts(real_model_dir):
-    """SmolLM2 asked to repeat a function echoes it: prompt lookup's drafts are accepted, and
-    the output is the same as without speculation."""
+def _layers(n):
+    return {"method": "draft", "draft": f"layers:{n}", "num_tokens": 3}
+
+
+@pytest.mark.parametrize("spec,min_accepted", [(SPEC, 8), (_layers(30), 14), (_layers(12), 0)],
+                         ids=["ngram", "layers30", "layers12"])
+def test_real_model_code_echo_accepts_drafts(real_model_dir, spec, min_accepted):
+    """SmolLM2 asked to repeat a function echoes it, with the same output as without
+    speculation: prompt lookup's drafts are accepted; a draft of all 30 layers is the target
+    and has every draft accepted (its forward over the shared pages is right); 12 layers
+    (a poor early exit for this model: no token accepted) still leave the output unchanged."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(real_model_dir)
@@ -127,7 +146,126 @@ def test_real_model_code_echo_accepts_drafts(real_model_dir):
     params = SamplingParams(temperature=0.0, max_tokens=32)
     kw = dict(cpu_kv_tokens=1024, dtype="float32")
     want, _ = _run(real_model_dir, [ids], params, **kw)
-    got, stats = _run(real_model_dir, [ids], params, SPEC, **kw)
+    got, stats = _run(real_model_dir, [ids], params, spec, **kw)
     assert got == want
     assert "width * height" in tok.decode(got[0])
-    assert stats["spec_decode_num_accepted_tokens"] >= 8, stats
+    assert stats["spec_decode_num_accepted_tokens"] >= min_accepted, stats
+    if spec is not SPEC and min_accepted:
+        assert stats["spec_decode_num_accepted_tokens"] == stats["spec_decode_num_draft_tokens"]
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_layer_draft_greedy_equals_plain(tiny_model_dir, prompts, layers):
+    """draft=layers:N proposes with the target's first N layers over the target's own KV pages;
+    greedy output equals plain decoding across a batch, chunked prefill and preemption."""
+    model = tiny_model_dir("tiny-llama")
+    spec = {"method": "draft", "draft": f"layers:{layers}", "num_tokens": 3}
+    for kw in (dict(cpu_kv_tokens=4096),
+               dict(cpu_kv_tokens=4096, scheduler={"max_num_batched_tokens": 24, "chunked_prefill": True,
+                                                    "chunk_size": 24}),
+               dict(num_pages=20)):
+        want, _ = _run(model, prompts, GREEDY, **kw)
+        got, stats = _run(model, prompts, GREEDY, spec, **kw)
+        assert got == want
+        assert stats["spec_decode_num_draft_tokens"] > 0
+
+
+def test_layer_draft_of_all_layers_is_the_target(tiny_model_dir, prompts):
+    """With every layer the draft is the target itself: (nearly) every draft token is accepted,
+    which checks the draft's forward over the shared KV pages."""
+    from twinserve.engine.model_config import ModelConfig
+
+    model = tiny_model_dir("tiny-llama")
+    n = ModelConfig.from_dir(str(model)).num_layers
+    spec = {"method": "draft", "draft": f"layers:{n}", "num_tokens": 4}
+    got, stats = _run(model, prompts, GREEDY, spec, cpu_kv_tokens=4096, dtype="float32")
+    want, _ = _run(model, prompts, GREEDY, cpu_kv_tokens=4096, dtype="float32")
+    assert got == want
+    assert stats["spec_decode_num_accepted_tokens"] >= 0.95 * stats["spec_decode_num_draft_tokens"] > 0, stats
+
+
+def test_layer_draft_config_errors(tiny_model_dir):
+    from twinserve.core.errors import UserError
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    model = str(tiny_model_dir("tiny-llama"))
+    for draft, msg in (("layers:99", "1 <= N"), ("eagle:3", "not a checkpoint folder")):
+        with pytest.raises(UserError, match=msg):
+            Engine(EngineConfig(model=model, device="cpu", cpu_kv_tokens=1024,
+                                spec={"method": "draft", "draft": draft, "num_tokens": 2}))
+    with pytest.raises(ValueError, match="needs spec.draft"):
+        Engine(EngineConfig(model=model, device="cpu", cpu_kv_tokens=1024, spec={"method": "draft", "num_tokens": 2}))
+
+
+def test_layer_draft_batch_equals_one_by_one(tiny_model_dir, prompts):
+    """Proposals drafted for a step's decodes in one padded batch equal each request's own,
+    and the step's drafts come from that batch."""
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", cpu_kv_tokens=4096,
+                              spec={"method": "draft", "draft": "layers:2", "num_tokens": 3}))
+    try:
+        reqs = [Req(i, p, GREEDY, arrival=0.0) for i, p in enumerate(prompts)]
+        for r in reqs:
+            eng.add(r)
+        for _ in range(3):
+            eng.step()
+        draft = eng.scheduler.spec.propose
+        live = [r for r in reqs if r.num_tokens - r.num_computed == 1]
+        assert len(live) == 4 and len({r.num_computed for r in live}) > 1  # different context lengths
+        together = draft.propose(live, 3)
+        alone = np.concatenate([draft.propose([r], 3) for r in live])
+        assert (together == alone).all()
+        calls = []
+        one = draft.propose
+        draft.propose = lambda rs, k: calls.append(len(rs)) or one(rs, k)
+        eng.step()
+        assert calls == [4]  # one batch for the step, no request proposed for alone
+        assert eng.steps[-1].extra["spec_draft_s"] > 0  # the proposals' time is in the step record
+        assert eng.stats()["spec_decode_draft_s_per_step"] > 0  # and its mean, for the simulator
+    finally:
+        eng.shutdown()
+
+
+def test_draft_checkpoint_greedy_equals_plain(tiny_model_dir, prompts):
+    """spec.draft=PATH: a separate checkpoint with its own KV pool. The target's own checkpoint
+    as the draft accepts (nearly) every proposal; another model (other weights) leaves the
+    output unchanged; both across a batch, chunked prefill and preemption (pool pages freed)."""
+    from twinserve.core.model_shapes import get_shape
+    from twinserve.engine.model_maker import make_model
+
+    model = tiny_model_dir("tiny-llama")
+    other = make_model(get_shape("tiny-llama"), model.parent / "other-draft", seed=7, dtype="float32")
+    for kw in (dict(cpu_kv_tokens=4096),
+               dict(cpu_kv_tokens=4096, scheduler={"max_num_batched_tokens": 24, "chunked_prefill": True,
+                                                    "chunk_size": 24}),
+               dict(num_pages=20)):
+        want, _ = _run(model, prompts, GREEDY, **kw)
+        same, s1 = _run(model, prompts, GREEDY, {"method": "draft", "draft": str(model), "num_tokens": 3}, **kw)
+        diff, s2 = _run(model, prompts, GREEDY, {"method": "draft", "draft": str(other), "num_tokens": 3}, **kw)
+        assert same == want and diff == want
+        assert s1["spec_decode_num_accepted_tokens"] >= 0.95 * s1["spec_decode_num_draft_tokens"] > 0, s1
+        assert s2["spec_decode_num_draft_tokens"] > 0
+        assert s2["spec_decode_num_accepted_tokens"] < 0.5 * s2["spec_decode_num_draft_tokens"], s2
+
+
+def test_draft_checkpoint_pool_pages_are_returned(tiny_model_dir, prompts):
+    """The draft's own pool: after every step its free pages and the requests' pages partition
+    it (preemption under 20 pages included); once all requests finished, every page is free."""
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    model = tiny_model_dir("tiny-llama")
+    eng = Engine(EngineConfig(model=str(model), device="cpu", num_pages=20, checked=True,
+                              spec={"method": "draft", "draft": str(model), "num_tokens": 3}))
+    try:
+        for i, p in enumerate(prompts):
+            eng.add(Req(i, p, GREEDY, arrival=0.0))
+        dm = eng.scheduler.spec.propose
+        while eng.has_work():
+            eng.step()
+            held = [p for st in dm._kv.values() for p in st.pages]
+            assert sorted(held + dm._free) == list(range(dm.pool.geom.num_pages))
+        dm.prepare([], 3)
+        assert len(dm._free) == dm.pool.geom.num_pages
+    finally:
+        eng.shutdown()

@@ -196,3 +196,25 @@ def test_each_replayed_workload_is_scored_on_a_fit_without_it(calibration, tmp_p
     assert set(notes["workload_out_error"]) == {"w0", "w1", "all"}
     assert notes["workload_out_error"]["all"]["decode"]["n"] == int(((two["phase"] == "replay")
                                                                        & (two["num_prefills"] == 0)).sum())
+
+
+def test_compare_with_speculation_uses_the_engines_acceptance(calibration, tmp_path):
+    """With ``spec`` set, compare runs the simulator on the acceptance the engine measured
+    (its summary.json as ``spec.acceptance_file``): both accept about as many drafts."""
+    from twinserve.experiments.compare import run_compare
+
+    d, _, _, _ = calibration
+    table, _ = run_compare(
+        ["model=tiny-llama", "hardware=cpu", "workload=poisson", "workload.num_requests=16",
+         "workload.rate=10", "workload.prompt_len.mean=60", "workload.prompt_len.max=200",
+         "workload.output_len.mean=30", "workload.output_len.max=64", f"cost_model.calibration_dirs=[{d}]",
+         "engine.device=cpu", "print_summary=false", "progress=false", "spec.method=ngram", "spec.num_tokens=3"],
+        tmp_path)
+    eng = json.loads((tmp_path / "engine" / "summary.json").read_text())["spec"]
+    sim = json.loads((tmp_path / "sim" / "summary.json").read_text())["spec"]
+    assert eng["spec_decode_num_drafts"] > 0 and sim["spec_decode_num_drafts"] > 0
+    for j in range(3):
+        rate = [s[f"spec_decode_num_accepted_tokens_pos{j}"] / max(1, s[f"spec_decode_num_reached_pos{j}"])
+                for s in (eng, sim)]
+        assert abs(rate[0] - rate[1]) < 0.15, (j, rate)
+    assert abs(eng["spec_decode_mean_accepted_length"] - sim["spec_decode_mean_accepted_length"]) < 0.2

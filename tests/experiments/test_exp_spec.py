@@ -1,0 +1,96 @@
+"""Speculative decoding through the experiment app: one config (``spec.method=ngram
+spec.num_tokens=4`` and an acceptance model for the simulator) runs with backend=sim and
+backend=engine; summary.json has the spec_decode_* counters, steps.parquet per-step draft and
+accepted counts; the simulator's verify rows are priced as 1 + d tokens and its acceptance
+follows the configured rates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from twinserve.core.errors import UserError
+from twinserve.experiments.run import load_run, run_experiment
+
+SPEC = ["spec.method=ngram", "spec.num_tokens=4", "spec.acceptance=[0.9,0.8,0.7,0.6]"]
+SMALL = ["workload=poisson", "workload.num_requests=12", "workload.rate=50", "workload.prompt_len=24",
+         "workload.output_len=40"]
+
+
+def test_sim_speculation_follows_the_acceptance_model(make_cfg: Any, tmp_path: Path) -> None:
+    plain = run_experiment(make_cfg(*SMALL), tmp_path / "plain")
+    s = run_experiment(make_cfg(*SMALL, *SPEC), tmp_path / "spec")
+    _, steps, summary = load_run(tmp_path / "spec")
+    sp = summary["spec"]
+    assert s["completed"] == plain["completed"] == 12
+    assert s["total_output_tokens"] == plain["total_output_tokens"]
+    # every decode that had room for 4 proposed 4; the rates give 1 + .9 + .72 + .504 + .3024
+    assert sp["spec_decode_num_proposed_len4"] > 0 and sp["spec_decode_num_proposed_len0"] == 0
+    for j, rate in enumerate((0.9, 0.8, 0.7, 0.6)):
+        got = sp[f"spec_decode_num_accepted_tokens_pos{j}"] / sp[f"spec_decode_num_reached_pos{j}"]
+        assert abs(got - rate) < 0.12, (j, got)
+    assert steps["spec_num_draft_tokens"].sum() == sp["spec_decode_num_draft_tokens"]
+    assert steps["spec_num_accepted_tokens"].sum() == sp["spec_decode_num_accepted_tokens"]
+    # a verify row is priced as its 1 + d tokens: fewer, wider steps, and a lower TPOT
+    assert summary["run"]["num_steps"] < plain["run"]["num_steps"]
+    assert steps["new_tokens"].sum() > 0
+    assert s["mean_tpot_ms"] < plain["mean_tpot_ms"]
+
+
+def test_sim_acceptance_from_an_engine_summary(make_cfg: Any, tmp_path: Path) -> None:
+    counters = {"spec_decode_num_reached_pos0": 100, "spec_decode_num_accepted_tokens_pos0": 50,
+                "spec_decode_num_reached_pos1": 50, "spec_decode_num_accepted_tokens_pos1": 10,
+                "spec_decode_num_proposed_len0": 30, "spec_decode_num_proposed_len1": 0,
+                "spec_decode_num_proposed_len2": 70}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"spec": counters}))
+    run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=2", f"spec.acceptance_file={path}"),
+                   tmp_path / "run")
+    sp = load_run(tmp_path / "run")[2]["spec"]
+    n = sp["spec_decode_num_proposed_len0"] + sp["spec_decode_num_proposed_len2"]
+    assert abs(sp["spec_decode_num_proposed_len0"] / n - 0.3) < 0.1
+    assert abs(sp["spec_decode_num_accepted_tokens_pos0"] / sp["spec_decode_num_reached_pos0"] - 0.5) < 0.1
+
+
+def test_sim_speculation_needs_an_acceptance_model(make_cfg: Any, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="acceptance"):
+        run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=4"), tmp_path)
+    with pytest.raises(UserError, match="pipeline"):
+        run_experiment(make_cfg(*SMALL, *SPEC, "backend.pipeline=true"), tmp_path / "p")
+
+
+def test_same_config_runs_on_the_engine(make_cfg: Any, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    eng = ["backend=engine", "model=tiny-llama", "backend.device=cpu", "kv.num_pages=128", "backend.warmup=false"]
+    s = run_experiment(make_cfg(*SMALL, *SPEC, *eng), tmp_path / "engine")
+    _, steps, summary = load_run(tmp_path / "engine")
+    assert s["completed"] == 12
+    sp = summary["spec"]
+    assert sp["spec_decode_num_drafts"] > 0
+    assert steps["spec_num_draft_tokens"].sum() == sp["spec_decode_num_draft_tokens"]
+    assert steps["spec_num_accepted_tokens"].sum() == sp["spec_decode_num_accepted_tokens"]
+    assert np.isfinite(s["mean_tpot_ms"])
+    d = run_experiment(make_cfg(*SMALL, "spec.method=draft", "spec.draft=layers:1", "spec.num_tokens=3", *eng),
+                       tmp_path / "draft")
+    assert d["completed"] == 12 and load_run(tmp_path / "draft")[2]["spec"]["spec_decode_draft_s_per_step"] > 0
+
+
+def test_sim_prices_a_draft_models_proposals(make_cfg: Any, tmp_path: Path) -> None:
+    """An acceptance file with a draft model's measured proposal time per step: the simulator
+    adds it to each step with verify rows (host time and wall time)."""
+    counters = {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 5,
+                "spec_decode_num_proposed_len0": 0, "spec_decode_num_proposed_len1": 10}
+    runs = {}
+    for name, draft_s in (("free", 0.0), ("priced", 0.01)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"spec": {**counters, "spec_decode_draft_s_per_step": draft_s}}))
+        runs[name] = run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=1",
+                                             f"spec.acceptance_file={path}"), tmp_path / name)
+    steps = load_run(tmp_path / "priced")[1]
+    verify = steps["spec_num_draft_tokens"] > 0
+    assert verify.any() and (steps.loc[verify, "cpu_s"] >= 0.01).all() and (steps.loc[~verify, "cpu_s"] < 0.01).all()
+    assert runs["priced"]["mean_tpot_ms"] > runs["free"]["mean_tpot_ms"] + 5
