@@ -22,20 +22,7 @@ import json
 import math
 from typing import Callable
 
-
-def time_ms(fn: Callable[[], object], reps: int = 20) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in ev)
-    return t[len(t) // 2]
+from twinserve.bench.gemm_shapes import time_ms
 
 
 class Recorder:
