@@ -55,6 +55,11 @@ class SamplingBatch:
         )
 
     @property
+    def seeded_rows(self) -> np.ndarray:
+        """Which rows have a seed (from ``seeded``, or where it is None, ``seeds >= 0``)."""
+        return self.seeds >= 0 if self.seeded is None else self.seeded
+
+    @property
     def all_greedy(self) -> bool:
         return bool((self.temperature == 0).all())
 
@@ -143,13 +148,12 @@ class Sampler:
 
     @staticmethod
     def _temperature_only(sb: SamplingBatch) -> bool:
-        seeded = sb.seeds >= 0 if sb.seeded is None else sb.seeded
-        return not (seeded.any() or (sb.top_k > 0).any() or (sb.top_p < 1).any())
+        return not (sb.seeded_rows.any() or (sb.top_k > 0).any() or (sb.top_p < 1).any())
 
     def exponential_noise(self, shape: torch.Size, sb: SamplingBatch) -> torch.Tensor:
         rows, vocab = shape
         u = torch.rand(shape, generator=self.gen, device=self.device)
-        seeded = sb.seeds >= 0 if sb.seeded is None else sb.seeded
+        seeded = sb.seeded_rows
         if seeded.any():
             idx = torch.from_numpy(np.nonzero(seeded)[0]).to(self.device)
             s = torch.from_numpy(sb.seeds[seeded]).to(self.device)

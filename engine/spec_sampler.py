@@ -35,7 +35,7 @@ def accept_uniforms(sampler: Sampler, sb: SamplingBatch) -> torch.Tensor:
     """One uniform in (0, 1) per row: a seeded row's is a pure function of (seed, counter)."""
     n = sb.temperature.size
     u = torch.rand(n, generator=sampler.gen, device=sampler.device)
-    seeded = sb.seeded if sb.seeded is not None else sb.seeds >= 0
+    seeded = sb.seeded_rows
     if seeded.any():
         idx = torch.from_numpy(np.nonzero(seeded)[0]).to(sampler.device)
         s = torch.from_numpy(sb.seeds[seeded] ^ _ACCEPT_STREAM).to(sampler.device)
