@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, TOKEN_GRAPH_MODES, attn_tile_of, piece_step_of
+from twinserve.core.graph_plan import (HYBRID_FULL_MAX_SEQS, MAX_GRAPH_BS, MAX_RUNNING, TOKEN_GRAPH_MODES, attn_tile_of,
+                                       piece_step_of)
 from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
                                                   term_factors)
 from twinserve.calibration.nnls import nnls
@@ -171,9 +172,9 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     (`core.graph_plan.piece_step_of`) columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
-    `graph_replays`; wide tiles: `core.graph_plan.wide_tiles_of` with the default ``max_running`` of
-    256; no tile, 0: a profile does not record the model's GQA group, `with_attn_tile` adds the
-    column from it)."""
+    `graph_replays`; wide tiles: `core.graph_plan.wide_tiles_of` with the default ``max_graph_bs``
+    and ``max_running``; no tile, 0: a profile does not record the model's GQA group,
+    `with_attn_tile` adds the column from it)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
@@ -184,10 +185,10 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     replay = graph_replays(steps)
     if "graph_replay" not in steps:
         add["graph_replay"] = replay.astype(np.int64)
-    if "wide_tiles" not in steps:  # profiles do not record max_running: the default, 256
-        decode_graph = _decode_graph_rows(steps) & (steps["num_decodes"] <= 256)
+    if "wide_tiles" not in steps:  # profiles do not record max_running or max_graph_bs: the defaults
+        decode_graph = _decode_graph_rows(steps) & (steps["num_decodes"] <= MAX_GRAPH_BS)
         padded = add["padded_tokens"] if "padded_tokens" in add else steps["padded_tokens"]
-        add["wide_tiles"] = (replay & ~decode_graph & (padded > 256)).astype(np.int64)
+        add["wide_tiles"] = (replay & ~decode_graph & (padded > MAX_RUNNING)).astype(np.int64)
     if "attn_tile" not in steps:
         add["attn_tile"] = np.zeros(len(steps), dtype=np.int64)
     out = steps.assign(**add) if add else steps

@@ -112,25 +112,30 @@ class ModelShape:
         model_type = cfg.get("model_type", "llama")
         family = model_type if model_type in _HF_NAMES else "llama"
         heads = int(cfg["num_attention_heads"])
+        rope_params = cfg.get("rope_parameters") or {}
         return cls(
             name=name,
             family=family,
             hidden_size=int(cfg["hidden_size"]),
             num_layers=int(cfg["num_hidden_layers"]),
             num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
             intermediate_size=int(cfg["intermediate_size"]),
             vocab_size=int(cfg["vocab_size"]),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", _DEFAULTS.tie_word_embeddings)),
+            rope_theta=float(cfg.get("rope_theta", rope_params.get("rope_theta", _DEFAULTS.rope_theta))),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", _DEFAULTS.rms_norm_eps)),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", _DEFAULTS.max_position_embeddings)),
             rope_scaling=rope_scaling_pairs(cfg),
         )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# A shape's field defaults: what `ModelShape.from_hf_config` takes for a key the config omits.
+_DEFAULTS = ModelShape("defaults", "llama", 0, 0, 0, 0, 0, 0, 0)
 
 
 def rope_scaling_pairs(cfg: Mapping[str, Any]) -> tuple[tuple[str, Any], ...] | None:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from twinserve.core.config import SchedulerConfig
+from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import GraphPlan
 from twinserve.engine.attention import ATTENTION, AttentionSpec
 from twinserve.engine.config import EngineConfig
@@ -91,8 +91,8 @@ class RankExecutor:
         local_heads = tp.shard(mc.num_heads, "num_heads")
         _, local_kv = kv_head_layout(mc.num_kv_heads, tp)
         sched_fields = cfg.scheduler if isinstance(cfg.scheduler, dict) else {}
-        max_tokens = int(getattr(cfg.scheduler, "max_num_batched_tokens",
-                                 sched_fields.get("max_num_batched_tokens", 8192)))
+        budget = sched_fields.get("max_num_batched_tokens", scheduler_default("max_num_batched_tokens"))
+        max_tokens = int(getattr(cfg.scheduler, "max_num_batched_tokens", budget))
         geom0 = KVGeometry(mc.num_layers, 0, cfg.page_size, local_kv, mc.head_dim, self.dtype)
         local_pages = cfg.num_pages or plan_num_pages(
             geom0, self.device, cfg.mem_fraction,
@@ -115,7 +115,4 @@ class RankExecutor:
             kw["prefill_backend"] = cfg.prefill_backend
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
-                                  use_graphs=graphs,
-                                  max_graph_bs=plan.max_graph_bs,
-                                  wait_event=wait_event, piecewise_max_tokens=plan.piecewise_max_tokens,
-                                  token_graph_mode=plan.token_graph_mode, hybrid_decode_heavy=plan.hybrid_decode_heavy)
+                                  use_graphs=graphs, plan=plan, wait_event=wait_event)

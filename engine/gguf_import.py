@@ -66,6 +66,7 @@ def convert_gguf(source: str | Path, out: str | Path, dtype: str = "bfloat16") -
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from twinserve.core.model_shapes import ModelShape
     from twinserve.engine.model_config import parse_dtype
 
     path = resolve_gguf(source)
@@ -78,7 +79,7 @@ def convert_gguf(source: str | Path, out: str | Path, dtype: str = "bfloat16") -
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     cfg = model.config.to_dict()
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    tied = ModelShape.from_hf_config(cfg).tie_word_embeddings
     state = {k: v.detach().to(torch_dtype).contiguous() for k, v in model.state_dict().items()
              if not (tied and k == "lm_head.weight")}
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})

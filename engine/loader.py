@@ -89,11 +89,10 @@ def iter_dummy_checkpoint(model: nn.Module, seed: int, std: float = 0.02
     on the model's device: N(0, std) matrices and biases, norm weights 1. Each tensor's values
     depend only on ``seed`` and its name, so every tensor-parallel degree slices the same
     weights (a dummy TP=2 model equals the dummy TP=1 model)."""
-    from twinserve.core.model_shapes import ModelShape
     from twinserve.engine.model_maker import weight_specs
 
     p0 = next(model.parameters())
-    shape = ModelShape.from_hf_config(model.config.raw)
+    shape = model.config.shape
     gen = torch.Generator(device=p0.device)
     for name, shp in weight_specs(shape):
         if name.endswith("norm.weight"):

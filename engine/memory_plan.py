@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from twinserve.core.graph_plan import DEFAULT_PLAN
 from twinserve.engine.kv_pool import KVGeometry
 from twinserve.engine.model_config import ModelConfig
 
@@ -14,14 +15,15 @@ def activation_reserve(cfg: ModelConfig, max_tokens: int, max_graph_bs: int, dty
                        tp_size: int = 1) -> int:
     """Bytes kept free for one step's activations: a prefill of ``max_tokens`` tokens (qkv,
     gate/up, intermediate and a few hidden-sized buffers, float32 norm temporaries) and the
-    float32 logits/sampling buffers of ``max_graph_bs`` rows; doubled for allocator slack. With
+    float32 logits/sampling buffers of ``max_graph_bs`` rows, at least the default plan's
+    (`core.graph_plan.DEFAULT_PLAN`); doubled for allocator slack. With
     tensor parallelism the head and intermediate dimensions are a rank's share (logits are
     gathered to the full vocabulary on every rank)."""
     elem = torch.empty((), dtype=dtype).element_size()
     sharded = (cfg.q_size + 2 * cfg.kv_size + 3 * cfg.intermediate_size) // max(1, tp_size)
     per_tok = (sharded + 6 * cfg.hidden_size) * elem
     per_tok += 2 * cfg.hidden_size * 4
-    logits = 4 * max(max_graph_bs, 256) * cfg.vocab_size * 4
+    logits = 4 * max(max_graph_bs, DEFAULT_PLAN.max_graph_bs) * cfg.vocab_size * 4
     return 2 * (max_tokens * per_tok + logits) + _FIXED_RESERVE
 
 

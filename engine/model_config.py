@@ -1,4 +1,4 @@
-"""`ModelConfig`: the architecture numbers the engine needs, read from a HF ``config.json``."""
+"""`ModelConfig`: a `ModelShape` read from a HF ``config.json`` plus what only the engine needs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+
+from twinserve.core.model_shapes import ModelShape
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
            "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -22,28 +24,32 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"unknown dtype '{name}'; known: {', '.join(sorted(_DTYPES))}") from None
 
 
+def eos_ids(cfg: Mapping[str, Any], generation: Mapping[str, Any] | None) -> tuple[int, ...]:
+    """The ``eos_token_id`` entries (an int or a list) of config.json, then of
+    generation_config.json, without repeats, in that order."""
+    eos: list[int] = []
+    for src in (cfg, generation or {}):
+        v = src.get("eos_token_id")
+        for t in (v if isinstance(v, list) else [v]):
+            if t is not None and int(t) not in eos:
+                eos.append(int(t))
+    return tuple(eos)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only transformer as described by its HF config (Llama/Qwen2/Qwen3/Mistral).
+    """A decoder-only transformer as the engine builds it (Llama/Qwen2/Qwen3/Mistral).
 
-    ``qkv_bias`` comes from ``attention_bias`` (or is implied by Qwen2), ``qk_norm`` from the
-    Qwen3 architecture. ``eos_token_ids`` merges config.json and generation_config.json.
+    ``shape`` holds the architecture numbers, parsed by `ModelShape.from_hf_config` (the one
+    reader of those HF keys); this class reads only the keys the shape does not: the
+    architecture class, ``attention_bias``, the dtype and the special tokens. ``qkv_bias`` is
+    ``attention_bias`` or implied by Qwen2, ``qk_norm`` by the Qwen3 family or architecture.
+    ``eos_token_ids`` merges config.json and generation_config.json. ``raw`` is the whole
+    config.json, for keys a single caller reads (e.g. ``sliding_window``).
     """
 
+    shape: ModelShape
     architecture: str
-    model_type: str
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: Mapping[str, Any] | None
-    max_position_embeddings: int
-    tie_word_embeddings: bool
     qkv_bias: bool
     qk_norm: bool
     torch_dtype: str
@@ -53,40 +59,16 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any], generation: Mapping[str, Any] | None = None) -> "ModelConfig":
+        shape = ModelShape.from_hf_config(cfg)
         arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
-        model_type = str(cfg.get("model_type", "llama"))
-        heads = int(cfg["num_attention_heads"])
-        eos: list[int] = []
-        for src in (cfg, generation or {}):
-            v = src.get("eos_token_id")
-            for t in (v if isinstance(v, list) else [v]):
-                if t is not None and int(t) not in eos:
-                    eos.append(int(t))
-        rope_params = cfg.get("rope_parameters") or {}
-        scaling = cfg.get("rope_scaling") or None
-        if scaling is None and rope_params.get("rope_type", "default") != "default":
-            scaling = rope_params
-        theta = cfg.get("rope_theta", rope_params.get("rope_theta", 10000.0))
         return cls(
+            shape=shape,
             architecture=arch,
-            model_type=model_type,
-            hidden_size=int(cfg["hidden_size"]),
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
-            intermediate_size=int(cfg["intermediate_size"]),
-            vocab_size=int(cfg["vocab_size"]),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
-            rope_scaling=scaling,
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=bool(cfg.get("attention_bias", False)) or model_type == "qwen2",
-            qk_norm=model_type == "qwen3" or arch.startswith("Qwen3"),
+            qkv_bias=bool(cfg.get("attention_bias", False)) or shape.qkv_bias,
+            qk_norm=shape.qk_norm or arch.startswith("Qwen3"),
             torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
             bos_token_id=cfg.get("bos_token_id"),
-            eos_token_ids=tuple(eos),
+            eos_token_ids=eos_ids(cfg, generation),
             raw=dict(cfg),
         )
 
@@ -99,9 +81,57 @@ class ModelConfig:
         return cls.from_dict(cfg, gen)
 
     @property
+    def hidden_size(self) -> int:
+        return self.shape.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.shape.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.shape.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.shape.head_dim
+
+    @property
+    def intermediate_size(self) -> int:
+        return self.shape.intermediate_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.shape.vocab_size
+
+    @property
+    def rms_norm_eps(self) -> float:
+        return self.shape.rms_norm_eps
+
+    @property
+    def rope_theta(self) -> float:
+        return self.shape.rope_theta
+
+    @property
+    def rope_scaling(self) -> dict[str, Any] | None:
+        return self.shape.rope_scaling_dict()
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return self.shape.max_position_embeddings
+
+    @property
+    def tie_word_embeddings(self) -> bool:
+        return self.shape.tie_word_embeddings
+
+    @property
     def q_size(self) -> int:
-        return self.num_heads * self.head_dim
+        return self.shape.q_size
 
     @property
     def kv_size(self) -> int:
-        return self.num_kv_heads * self.head_dim
+        return self.shape.kv_size

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from twinserve.core.batch import Batch
-from twinserve.core.graph_plan import padded_batch_size
+from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan, padded_batch_size
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.logits_processing import prompt_logprobs
@@ -51,8 +51,9 @@ def synchronize_event(evt: object) -> None:
 class ModelRunner:
     """Runs one step: host inputs → (graph or eager) forward → sampler → async copy to host.
 
-    Decode-only batches up to ``max_graph_bs`` replay a whole-forward CUDA graph
-    (`CudaGraphRunner`); with ``piecewise_max_tokens`` > 0 every other step of up to that many
+    The `GraphPlan` ``plan`` says which graphs: decode-only batches up to ``max_graph_bs``
+    replay a whole-forward CUDA graph (`CudaGraphRunner`); with ``piecewise_max_tokens`` > 0
+    every other step of up to that many
     tokens replays the token graphs of ``token_graph_mode`` (engine/token_graphs.py: ``full``,
     the whole forward with its attention; ``piecewise``, the dense layers with the attention
     eager; ``hybrid``, full for small steps, and decode-heavy ones with
@@ -72,16 +73,15 @@ class ModelRunner:
     """
 
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
-                 max_graph_bs: int, wait_event: Callable[[object], None] = synchronize_event,
-                 piecewise_max_tokens: int = 0, token_graph_mode: str = "hybrid",
-                 hybrid_decode_heavy: bool = True) -> None:
+                 plan: GraphPlan = DEFAULT_PLAN,
+                 wait_event: Callable[[object], None] = synchronize_event) -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
         self.sampler = sampler
         self.device = pool.device
         self.cuda = self.device.type == "cuda"
-        self.max_graph_bs = max_graph_bs
+        self.max_graph_bs = max_graph_bs = plan.max_graph_bs
         self.wait_event = wait_event
         self.graphs: CudaGraphRunner | None = None
         self.use_graphs = use_graphs  # may be switched off later (benchmarks); graphs stay captured
@@ -93,11 +93,11 @@ class ModelRunner:
             # slowed the decode graphs' replay on the H200 host by ~0.18 ms a step (measured)
             self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs)
         self.token_graphs: TokenGraphs | None = None
-        if use_graphs and piecewise_max_tokens > 0:
+        if use_graphs and plan.piecewise_max_tokens > 0:
             self.token_graphs = TOKEN_GRAPHS.create(
-                token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=piecewise_max_tokens,
+                plan.token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=plan.piecewise_max_tokens,
                 max_rows=attn.spec.max_batch_size, stream=self.graphs.stream,
-                decode_heavy=hybrid_decode_heavy)
+                decode_heavy=plan.hybrid_decode_heavy)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None

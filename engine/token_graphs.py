@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, hybrid_replays_whole
+from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, MAX_RUNNING, hybrid_replays_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.kv_pool import KVPool
@@ -60,7 +60,7 @@ class HybridGraphs:
     """
 
     def __init__(self, full: TokenGraphs, pieces: TokenGraphs, max_full_seqs: int = HYBRID_FULL_MAX_SEQS,
-                 max_rows: int = 256, decode_heavy: bool = True) -> None:
+                 max_rows: int = MAX_RUNNING, decode_heavy: bool = True) -> None:
         if full.sizes != [t for t in pieces.sizes if t <= max(full.sizes)] or (
                 max(full.sizes) < min(pieces.max_tokens, HYBRID_FULL_MAX_TOKENS)):
             raise ValueError("hybrid token graphs need the full set captured for the pieces' sizes up to "

@@ -95,10 +95,10 @@ def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
 
 
 def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:
-    """SchedulerConfig from ``cfg.scheduler`` knobs, ``cfg.kv`` (pool size) and the model's
+    """SchedulerConfig from ``cfg.scheduler`` knobs (None: the field's default), ``cfg.kv`` (pool size) and the model's
     ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
     knobs = {f.name for f in fields(SchedulerConfig)}
-    values = {k: v for k, v in cfg["scheduler"].items() if k in knobs}
+    values = {k: v for k, v in cfg["scheduler"].items() if k in knobs and v is not None}
     kv = cfg.get("kv", {})
     page_size = int(values.get("page_size", scheduler_default("page_size")))
     num_pages = kv.get("num_pages") or kv_pages(shape, hw, int(cfg.get("tp", 1)), page_size,

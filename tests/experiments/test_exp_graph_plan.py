@@ -25,3 +25,20 @@ def test_the_engine_and_the_simulator_build_one_plan_from_a_run_config(make_cfg,
     assert eng == sim
     if "model=qwen3-0.6b" in overrides:
         assert sim.piecewise_max_tokens == 8192  # the model's own cap
+
+
+@pytest.mark.parametrize("overrides, page_size", [((), None), (("scheduler.page_size=32",), 32)])
+def test_both_backends_take_one_page_size(make_cfg, overrides, page_size):
+    """The conf leaves ``scheduler.page_size`` null: both backends then take `SchedulerConfig`'s
+    default; a page size that is set reaches both."""
+    from omegaconf import OmegaConf
+
+    from twinserve.core.config import scheduler_default
+    from twinserve.engine.config import engine_config_from_run
+    from twinserve.experiments.build import hardware_spec, model_shape, scheduler_config
+
+    cfg = OmegaConf.to_container(make_cfg(*overrides), resolve=True)
+    assert cfg["scheduler"]["page_size"] == page_size
+    sc = scheduler_config(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]))
+    want = page_size or scheduler_default("page_size")
+    assert sc.page_size == engine_config_from_run(cfg, "/m").page_size == want
