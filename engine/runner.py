@@ -11,6 +11,7 @@ import torch
 
 from twinserve.core.batch import Batch
 from twinserve.core.graph_plan import padded_batch_size
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.logits_processing import prompt_logprobs
@@ -57,7 +58,8 @@ class ModelRunner:
     the whole forward with its attention; ``piecewise``, the dense layers with the attention
     eager; ``hybrid``, full for small steps, and decode-heavy ones with
     ``hybrid_decode_heavy``, else piecewise); the rest run eagerly. ``use_graphs`` switches
-    both off and on (graphs stay captured).
+    both off and on (graphs stay captured). ``capture_log`` (a `CaptureLog`) gives the capture
+    order and records every capture (the tensor-parallel ranks compare these records).
 
     Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
     inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler
@@ -74,7 +76,7 @@ class ModelRunner:
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
                  max_graph_bs: int, wait_event: Callable[[object], None] = synchronize_event,
                  piecewise_max_tokens: int = 0, token_graph_mode: str = "hybrid",
-                 hybrid_decode_heavy: bool = True) -> None:
+                 hybrid_decode_heavy: bool = True, capture_log: CaptureLog | None = None) -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
@@ -91,13 +93,13 @@ class ModelRunner:
                                  f"(got {self.device.type}, {attn.name})")
             # one capture stream for every graph: each further side stream used for a capture
             # slowed the decode graphs' replay on the H200 host by ~0.18 ms a step (measured)
-            self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs)
+            self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs, log=capture_log)
         self.token_graphs: TokenGraphs | None = None
         if use_graphs and piecewise_max_tokens > 0:
             self.token_graphs = TOKEN_GRAPHS.create(
                 token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=piecewise_max_tokens,
                 max_rows=attn.spec.max_batch_size, stream=self.graphs.stream,
-                decode_heavy=hybrid_decode_heavy)
+                decode_heavy=hybrid_decode_heavy, log=capture_log)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None
