@@ -120,7 +120,8 @@ class TPLeader:
             self._children.procs[r] = subprocess.Popen(
                 [sys.executable, "-m", "twinserve.engine.tp.follower", spec_path, str(r)])
         self.sender = StepSender(self._children.workdir, list(range(1, self.size)))
-        self.guard = StartupGuard(self._exited, self._abort, self.start_timeout_s)
+        self.guard = StartupGuard(self._exited, self._abort, self.start_timeout_s,
+                                  where=lambda: self.whereabouts()[1])
         try:
             self.wait_keys(keys("hello", range(1, self.size)), "join the group")
             self.backend = make_backend(self.store, 0, self.size, device, self.timeout_s)

@@ -19,7 +19,7 @@ from twinserve.core.capture_schedule import CaptureItem
 # Phases, in the order a step passes them; "capture" happens at startup, before step 1.
 PHASES = ("start", "capture", "broadcast", "forward", "all-reduce", "all-gather")
 CAPTURE_KINDS = ("decode", "full", "pieces")
-_LAYOUT = struct.Struct("<qqiii")  # step, seq (phase changes within the step), phase, arg, arg2
+_LAYOUT = struct.Struct("<qqiiii")  # step, seq (phase changes within the step), phase, arg, capture kind, size
 # A decoder's all-reduces per step: the vocab-parallel embedding's, then two per layer (o_proj
 # and down_proj, the row-parallel linears).
 EMBED_ALL_REDUCES = 1
@@ -33,33 +33,42 @@ def progress_path(workdir: str, rank: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Position:
     """One rank's last reported place: ``step`` (1-based index of the step, 0 before the first),
-    ``seq`` (how many phase changes within that step; larger is further), ``phase`` (a `PHASES`
-    name) and ``arg``/``arg2`` (all-reduce: its number within the step; all-gather: its number;
-    capture: the kind's index and the size)."""
+    ``seq`` (how many phase changes within that step, or since startup; larger is further),
+    ``phase`` (a `PHASES` name), ``arg`` (all-reduce, all-gather: its number within the step or
+    the graph capture; forward: the all-reduces done) and, during startup, the graph being
+    captured (``capture_kind``, an index into `CAPTURE_KINDS`, -1: none, and ``capture_size``)."""
 
     step: int
     seq: int
     phase: str
     arg: int = 0
-    arg2: int = 0
+    capture_kind: int = -1
+    capture_size: int = 0
 
     def key(self) -> tuple[int, int]:
         return self.step, self.seq
 
     def describe(self) -> str:
-        if self.phase == "start":
-            return "startup (building its shard)"
-        if self.phase == "capture":
-            return f"graph capture of {CAPTURE_KINDS[self.arg]} size {self.arg2}"
-        where = f"step {self.step}"
+        if self.step:
+            where = f"step {self.step}"
+        elif self.capture_kind >= 0:
+            where = f"graph capture of {CAPTURE_KINDS[self.capture_kind]} size {self.capture_size}"
+        else:
+            where = "startup"
+        if self.phase in ("start", "capture"):
+            return where
         if self.phase == "broadcast":
             return f"{where}, waiting for the step's broadcast from rank 0"
         if self.phase == "forward":
             return f"{where}, forward (after {self.arg} all-reduces)"
         if self.phase == "all-reduce":
             k = self.arg
-            layer = ("the embedding" if k < EMBED_ALL_REDUCES
-                     else f"layer {(k - EMBED_ALL_REDUCES) // ALL_REDUCES_PER_LAYER}")
+            if where == "startup":
+                layer = "the group's self-check"
+            elif k < EMBED_ALL_REDUCES:
+                layer = "the embedding"
+            else:
+                layer = f"layer {(k - EMBED_ALL_REDUCES) // ALL_REDUCES_PER_LAYER}"
             return f"{where}, all-reduce #{k} ({layer})"
         return f"{where}, all-gather #{self.arg} (the logits)"
 
@@ -83,15 +92,19 @@ class Progress:
         self._gathers = 0
         self._total = [0, 0]
         self._phase = "start"
+        self._capture = (-1, 0)  # the graph being captured (kind index, size)
         self._write("start")
 
-    def _write(self, phase: str, arg: int = 0, arg2: int = 0) -> None:
+    def _write(self, phase: str, arg: int = 0) -> None:
         self._seq += 1
         self._phase = phase
-        _LAYOUT.pack_into(self._m, 0, self.step, self._seq, PHASES.index(phase), arg, arg2)
+        _LAYOUT.pack_into(self._m, 0, self.step, self._seq, PHASES.index(phase), arg, *self._capture)
 
     def capture(self, item: CaptureItem) -> None:
-        self._write("capture", CAPTURE_KINDS.index(item.kind), item.size)
+        """Startup: the capture of ``item`` begins (its collectives are numbered from 0)."""
+        self._capture = (CAPTURE_KINDS.index(item.kind), item.size)
+        self._reduces, self._gathers = 0, 0
+        self._write("capture")
 
     def await_step(self) -> None:
         """A follower waits for the next step's message."""
@@ -108,6 +121,7 @@ class Progress:
 
     def _begin(self, step: int) -> None:
         self.step, self._seq, self._reduces, self._gathers = step, 0, 0, 0
+        self._capture = (-1, 0)
 
     def enter(self, collective: str) -> None:
         """Before an ``"all-reduce"`` or ``"all-gather"``."""
@@ -141,10 +155,10 @@ class Progress:
             return None
         if len(data) < _LAYOUT.size:
             return None
-        step, seq, phase, arg, arg2 = _LAYOUT.unpack(data)
+        step, seq, phase, arg, kind, size = _LAYOUT.unpack(data)
         if seq == 0:
             return None
-        return Position(step, seq, PHASES[phase], arg, arg2)
+        return Position(step, seq, PHASES[phase], arg, kind, size)
 
 
 def laggards(positions: dict[int, Position | None]) -> list[int]:

@@ -8,8 +8,13 @@ from twinserve.engine.tp.progress import Position, Progress, laggards
 
 def test_positions_read_back_and_describe(tmp_path):
     lead, fol = Progress(str(tmp_path), 0), Progress(str(tmp_path), 1)
+    assert Progress.read(str(tmp_path), 1).describe() == "startup"
     fol.capture(CaptureItem("pieces", 48))
     assert Progress.read(str(tmp_path), 1).describe() == "graph capture of pieces size 48"
+    fol.enter("all-reduce")
+    fol.leave()
+    fol.enter("all-reduce")
+    assert Progress.read(str(tmp_path), 1).describe() == "graph capture of pieces size 48, all-reduce #1 (layer 0)"
     for _ in range(2):
         lead.begin_step()
         fol.await_step()
