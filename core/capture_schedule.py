@@ -10,7 +10,7 @@ a report differs from rank 0's. Pure Python (the plan's sizes come from `core.gr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from twinserve.core.graph_plan import HYBRID_FULL_MAX_TOKENS, GraphPlan, padded_batch_size, padded_token_count
 from twinserve.core.registry import Registry
