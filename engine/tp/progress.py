@@ -3,8 +3,10 @@
 Every rank writes its position (step index, phase, collective number or graph size) into a
 small memory-mapped file ``progress{r}`` in the group's folder, on every phase change (a few
 stores, no system call); rank 0 reads every rank's file when a step or collective outlasts
-``tp_timeout_s`` and names the rank that did not arrive (`laggards`). Positions inside a CUDA
-graph replay are not visible to the host: such a step reads "forward".
+``tp_timeout_s`` and names the rank that did not arrive (`laggards`). Positions are the host's:
+on CUDA a collective is enqueued rather than awaited, so a rank whose host is stuck is named, and
+a hang on the device shows where each host last enqueued work; positions inside a CUDA graph
+replay are not visible at all (such a step reads "forward").
 """
 
 from __future__ import annotations
