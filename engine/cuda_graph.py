@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from twinserve.core.graph_plan import padded_batch_size
+from twinserve.core.capture_schedule import decode_graph_sizes
 from twinserve.engine.attention.base import AttentionInputs
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 
 
 def graph_batch_sizes(max_graph_bs: int) -> list[int]:
     """The sizes ``padded_batch_size`` pads to, up to ``max_graph_bs`` (1, 2, 4, 8, 16, ...)."""
-    return sorted({padded_batch_size(n, max_graph_bs) for n in range(1, max_graph_bs + 1)})
+    return decode_graph_sizes(max_graph_bs)
 
 
 class CudaGraphRunner:
@@ -26,7 +27,7 @@ class CudaGraphRunner:
     """
 
     def __init__(self, model: CausalLM, attn, pool: KVPool, max_graph_bs: int,
-                 stream: "torch.cuda.Stream | None" = None) -> None:
+                 stream: "torch.cuda.Stream | None" = None, log: CaptureLog | None = None) -> None:
         self.model = model
         self.attn = attn
         self.pool = pool
@@ -37,6 +38,7 @@ class CudaGraphRunner:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.stream = stream or torch.cuda.Stream()  # the capture stream (shared: see ModelRunner)
+        self.log = log or CaptureLog.descending("decode", self.sizes)  # the capture order
         attn.init_graphs(self.sizes)
         self._capture_all()
 
@@ -53,10 +55,14 @@ class CudaGraphRunner:
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
-        s = self.static
         pool_handle = torch.cuda.graph_pool_handle()
-        stream = self.stream
-        for bs in sorted(self.sizes, reverse=True):
+        for bs in self.log.order("decode", self.sizes):
+            self._capture(bs, pool_handle)
+        torch.cuda.synchronize()
+
+    def _capture(self, bs: int, pool_handle) -> None:
+        s, stream = self.static, self.stream
+        with self.log.capturing("decode", bs):
             s.zero_()
             s[2 * bs:3 * bs] = self.pool.scratch_page * self.pool.page_size
             self.attn.plan_graph(bs, self._dummy_inputs(bs))
@@ -70,7 +76,6 @@ class CudaGraphRunner:
                 out = self._run(bs)
             self.graphs[bs] = g
             self.logits[bs] = out
-        torch.cuda.synchronize()
 
     def load(self, bs: int, dev_packed: torch.Tensor, inputs: AttentionInputs) -> None:
         """Copy the padded step inputs into the static buffer and plan graph ``bs``'s attention."""

@@ -77,13 +77,14 @@ class Engine:
             from twinserve.engine.tp.leader import TPLeader
 
             self.tp = TPLeader(cfg, self.device)
-            ex_kw = dict(agree_pages=self.tp.agree_pages)
+            ex_kw = dict(agree_pages=self.tp.agree_pages, make_log=self.tp.capture_log,
+                         agree_schedule=self.tp.agree_schedule)
             if self.device.type == "cuda":
                 ex_kw["wait_event"] = self.tp.wait_event
         try:
             ex = RankExecutor(cfg, self.tp.group if self.tp else SINGLE, self.device, **ex_kw)
             if self.tp is not None:
-                self.tp.wait_ready()
+                self.tp.wait_ready(ex.capture_log.records)
         except BaseException:
             if self.tp is not None and self.tp.failed is None:
                 self.tp.check()  # a follower that died explains the failure best (raises)

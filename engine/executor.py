@@ -11,9 +11,11 @@ from typing import Any, Callable
 
 import torch
 
+from twinserve.core.capture_schedule import CaptureItem, capture_schedule
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import GraphPlan
 from twinserve.engine.attention import ATTENTION, AttentionSpec
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.kv_pool import KVGeometry, KVPool
 from twinserve.engine.layers.kernels import KERNELS
@@ -53,6 +55,10 @@ def _same(n: int) -> int:
     return n
 
 
+def _log_of(schedule: list[CaptureItem]) -> CaptureLog:
+    return CaptureLog(schedule)
+
+
 class RankExecutor:
     """Model shard, KV pool, attention backend and runner of one rank.
 
@@ -62,11 +68,19 @@ class RankExecutor:
     the minimum over ranks, so every rank's pool addresses the same page ids. ``sched_config``
     is derived from that count identically on every rank, and so is ``plan`` (the `GraphPlan`
     the runner captures its graphs by). ``runner`` executes steps.
+
+    Graph capture follows ``capture_log`` (a `CaptureLog` that ``make_log`` builds from
+    `capture_schedule` of the plan, also when graphs are off and nothing is captured); before
+    capturing, ``agree_schedule(schedule)`` lets a tensor-parallel group check that every rank
+    follows the same one (it raises if not); after capturing, the log's records are checked
+    against its schedule.
     """
 
     def __init__(self, cfg: EngineConfig, tp: TPGroup = SINGLE, rank_device: torch.device | None = None,
                  agree_pages: Callable[[int], int] = _same,
-                 wait_event: Callable[[object], None] = synchronize_event) -> None:
+                 wait_event: Callable[[object], None] = synchronize_event,
+                 make_log: Callable[[list[CaptureItem]], CaptureLog] = _log_of,
+                 agree_schedule: Callable[[list[CaptureItem]], None] | None = None) -> None:
         self.cfg = cfg
         self.tp = tp
         TOKEN_GRAPHS.get(cfg.token_graph_mode)  # an unknown mode fails here, also without graphs
@@ -104,6 +118,9 @@ class RankExecutor:
         self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
         self.plan: GraphPlan = cfg.graph_plan(graphs, self.sched_config.max_running, max(1, local_heads // local_kv))
         plan = self.plan
+        self.capture_log = make_log(capture_schedule(plan))
+        if agree_schedule is not None:
+            agree_schedule(self.capture_log.schedule)
 
         max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
         spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,
@@ -115,4 +132,7 @@ class RankExecutor:
             kw["prefill_backend"] = cfg.prefill_backend
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
-                                  use_graphs=graphs, plan=plan, wait_event=wait_event)
+                                  use_graphs=graphs, plan=plan, wait_event=wait_event,
+                                  capture_log=self.capture_log)
+        if graphs:
+            self.capture_log.check()

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import torch
 
+from twinserve.core.capture_schedule import token_graph_sizes
 from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.models.decoder import CausalLM
 
 
 def piece_token_counts(max_tokens: int) -> list[int]:
     """The padded token counts `padded_token_count` yields for 1..``max_tokens`` tokens."""
-    return sorted({padded_token_count(n, max_tokens) for n in range(1, max_tokens + 1)} - {0})
+    return token_graph_sizes(max_tokens)
 
 
 class PiecewiseGraphs:
@@ -42,7 +44,7 @@ class PiecewiseGraphs:
     """
 
     def __init__(self, model: CausalLM, attn: AttentionBackend, max_tokens: int, capture: bool = True,
-                 stream: "torch.cuda.Stream | None" = None) -> None:
+                 stream: "torch.cuda.Stream | None" = None, log: CaptureLog | None = None) -> None:
         self.model = model
         self.attn = attn
         self.sizes = piece_token_counts(max_tokens)
@@ -63,6 +65,7 @@ class PiecewiseGraphs:
         self.o = torch.zeros(cap, a0.q_local, dtype=dt, device=dev)
         self.hidden = torch.zeros(cap, hidden, dtype=dt, device=dev)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.log = log or CaptureLog.descending("pieces", self.sizes)  # the capture order
         if capture:
             self._capture_all(stream or torch.cuda.Stream())
 
@@ -123,13 +126,14 @@ class PiecewiseGraphs:
     def _capture_all(self, stream: torch.cuda.Stream) -> None:
         pool = torch.cuda.graph_pool_handle()
         stream.wait_stream(torch.cuda.current_stream())
-        for t in sorted(self.sizes, reverse=True):
-            for i in range(self.num_layers + 1):
-                with torch.cuda.stream(stream):
-                    self._piece(i, t)  # warm-up: lazy kernel setup and cuBLAS workspaces
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool, stream=stream):
-                    self._piece(i, t)
-                self.graphs[(t, i)] = g
+        for t in self.log.order("pieces", self.sizes):
+            with self.log.capturing("pieces", t):
+                for i in range(self.num_layers + 1):
+                    with torch.cuda.stream(stream):
+                        self._piece(i, t)  # warm-up: lazy kernel setup and cuBLAS workspaces
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, pool=pool, stream=stream):
+                        self._piece(i, t)
+                    self.graphs[(t, i)] = g
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()

@@ -11,6 +11,7 @@ import torch
 
 from twinserve.core.batch import Batch
 from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan, padded_batch_size
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.cuda_graph import CudaGraphRunner
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.logits_processing import prompt_logprobs
@@ -58,7 +59,8 @@ class ModelRunner:
     the whole forward with its attention; ``piecewise``, the dense layers with the attention
     eager; ``hybrid``, full for small steps, and decode-heavy ones with
     ``hybrid_decode_heavy``, else piecewise); the rest run eagerly. ``use_graphs`` switches
-    both off and on (graphs stay captured).
+    both off and on (graphs stay captured). ``capture_log`` (a `CaptureLog`) gives the capture
+    order and records every capture (the tensor-parallel ranks compare these records).
 
     Contract: ``launch(batch)`` = ``execute(prepare(batch))``: ``prepare`` builds the step's host
     inputs (a `StepInputs`, which names no request, so a tensor-parallel rank without a scheduler
@@ -74,7 +76,8 @@ class ModelRunner:
 
     def __init__(self, model: CausalLM, pool: KVPool, attn, sampler: Sampler, use_graphs: bool,
                  plan: GraphPlan = DEFAULT_PLAN,
-                 wait_event: Callable[[object], None] = synchronize_event) -> None:
+                 wait_event: Callable[[object], None] = synchronize_event,
+                 capture_log: CaptureLog | None = None) -> None:
         self.model = model
         self.pool = pool
         self.attn = attn
@@ -91,13 +94,13 @@ class ModelRunner:
                                  f"(got {self.device.type}, {attn.name})")
             # one capture stream for every graph: each further side stream used for a capture
             # slowed the decode graphs' replay on the H200 host by ~0.18 ms a step (measured)
-            self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs)
+            self.graphs = CudaGraphRunner(model, attn, pool, max_graph_bs, log=capture_log)
         self.token_graphs: TokenGraphs | None = None
         if use_graphs and plan.piecewise_max_tokens > 0:
             self.token_graphs = TOKEN_GRAPHS.create(
                 plan.token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=plan.piecewise_max_tokens,
                 max_rows=attn.spec.max_batch_size, stream=self.graphs.stream,
-                decode_heavy=plan.hybrid_decode_heavy)
+                decode_heavy=plan.hybrid_decode_heavy, log=capture_log)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}
         self._plan_evt = None

@@ -18,6 +18,7 @@ import torch
 
 from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 from twinserve.engine.piecewise_graph import piece_token_counts
@@ -57,7 +58,8 @@ class StepGraphs:
     """
 
     def __init__(self, model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int,
-                 max_rows: int, capture: bool = True, stream: "torch.cuda.Stream | None" = None) -> None:
+                 max_rows: int, capture: bool = True, stream: "torch.cuda.Stream | None" = None,
+                 log: CaptureLog | None = None) -> None:
         self.model = model
         self.attn = attn
         self.pool = pool
@@ -75,6 +77,7 @@ class StepGraphs:
         self.slots = torch.full((cap,), self.scratch_slot, dtype=torch.int64, device=dev)
         self.out: dict[int, torch.Tensor] = {}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.log = log or CaptureLog.descending("full", self.sizes)  # the capture order
         if capture:
             attn.init_token_graphs(self.rows)  # type: ignore[attr-defined]
             self._capture_all(stream or torch.cuda.Stream())
@@ -114,17 +117,18 @@ class StepGraphs:
     def _capture_all(self, stream: torch.cuda.Stream) -> None:
         pool_handle = torch.cuda.graph_pool_handle()
         page, scratch = self.pool.page_size, self.pool.scratch_page
-        for t in sorted(self.sizes, reverse=True):
-            self.ids.zero_()
-            self.positions.zero_()
-            self.slots.fill_(self.scratch_slot)
-            self.attn.plan_token_graph(t, capture_inputs(t, self.rows[t], page, scratch))  # type: ignore[attr-defined]
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self._run(t)  # warm-up: lazy kernel setup and cuBLAS workspaces
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool_handle, stream=stream):
-                self.out[t] = self._run(t)
-            self.graphs[t] = g
+        for t in self.log.order("full", self.sizes):
+            with self.log.capturing("full", t):
+                self.ids.zero_()
+                self.positions.zero_()
+                self.slots.fill_(self.scratch_slot)
+                self.attn.plan_token_graph(t, capture_inputs(t, self.rows[t], page, scratch))  # type: ignore[attr-defined]
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    self._run(t)  # warm-up: lazy kernel setup and cuBLAS workspaces
+                torch.cuda.current_stream().wait_stream(stream)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool_handle, stream=stream):
+                    self.out[t] = self._run(t)
+                self.graphs[t] = g
         torch.cuda.synchronize()

@@ -25,6 +25,7 @@ import torch
 from twinserve.core.graph_plan import HYBRID_FULL_MAX_SEQS, HYBRID_FULL_MAX_TOKENS, MAX_RUNNING, hybrid_replays_whole
 from twinserve.core.registry import Registry
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM
 
@@ -44,8 +45,9 @@ class TokenGraphs(Protocol):
 
 
 TOKEN_GRAPHS: Registry[TokenGraphs] = Registry("token graph mode")
-# Every factory takes (model, attn, pool, max_tokens, max_rows, stream, decode_heavy); only
-# ``hybrid`` reads ``decode_heavy`` (`HybridGraphs`).
+# Every factory takes (model, attn, pool, max_tokens, max_rows, stream, decode_heavy, log); only
+# ``hybrid`` reads ``decode_heavy`` (`HybridGraphs`); ``log`` (a `CaptureLog`) orders and records
+# the captures (`core.capture_schedule.TOKEN_SETS` lists the sets each mode builds, in order).
 
 
 class HybridGraphs:
@@ -91,23 +93,26 @@ class HybridGraphs:
 
 @TOKEN_GRAPHS.register("full")
 def _full(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-          stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
+          stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True,
+          log: CaptureLog | None = None) -> TokenGraphs:
     from twinserve.engine.step_graph import StepGraphs
 
-    return StepGraphs(model, attn, pool, max_tokens, max_rows, stream=stream)
+    return StepGraphs(model, attn, pool, max_tokens, max_rows, stream=stream, log=log)
 
 
 @TOKEN_GRAPHS.register("piecewise")
 def _piecewise(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-               stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
+               stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True,
+               log: CaptureLog | None = None) -> TokenGraphs:
     from twinserve.engine.piecewise_graph import PiecewiseGraphs
 
-    return PiecewiseGraphs(model, attn, max_tokens, stream=stream)
+    return PiecewiseGraphs(model, attn, max_tokens, stream=stream, log=log)
 
 
 @TOKEN_GRAPHS.register("hybrid")
 def _hybrid(model: CausalLM, attn: AttentionBackend, pool: KVPool, max_tokens: int, max_rows: int,
-            stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True) -> TokenGraphs:
-    full = _full(model, attn, pool, min(max_tokens, HYBRID_FULL_MAX_TOKENS), max_rows, stream)
-    return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream),
+            stream: "torch.cuda.Stream | None" = None, decode_heavy: bool = True,
+            log: CaptureLog | None = None) -> TokenGraphs:
+    full = _full(model, attn, pool, min(max_tokens, HYBRID_FULL_MAX_TOKENS), max_rows, stream, log=log)
+    return HybridGraphs(full, _piecewise(model, attn, pool, max_tokens, max_rows, stream, log=log),
                         max_rows=max_rows, decode_heavy=decode_heavy)

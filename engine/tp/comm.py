@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from twinserve.engine.layers.parallel import TPGroup
+from twinserve.engine.tp.progress import Progress
 
 STORE_PREFIX = "twinserve-tp"
 
@@ -35,18 +36,27 @@ def make_backend(store: Any, rank: int, size: int, device: torch.device, timeout
     return dist.ProcessGroupGloo(store, rank, size, opts)
 
 
-def group_over(backend: Any, rank: int, size: int) -> TPGroup:
-    """The `TPGroup` whose collectives run on ``backend`` (see TPGroup's contract)."""
+def group_over(backend: Any, rank: int, size: int, progress: Progress | None = None) -> TPGroup:
+    """The `TPGroup` whose collectives run on ``backend`` (see TPGroup's contract); each
+    collective is reported to ``progress`` (entered, left) when given."""
 
     def all_reduce(x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
+        if progress is not None:
+            progress.enter("all-reduce")
         backend.allreduce([x]).wait()
+        if progress is not None:
+            progress.leave()
         return x
 
     def all_gather(x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
         out = torch.empty((size * x.shape[0],) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+        if progress is not None:
+            progress.enter("all-gather")
         backend._allgather_base(out, x).wait()  # rank r's x lands in rows [r*n, (r+1)*n)
+        if progress is not None:
+            progress.leave()
         return torch.cat(out.view((size,) + tuple(x.shape)).unbind(0), dim=-1)
 
     return TPGroup(rank=rank, size=size, all_reduce=all_reduce, all_gather=all_gather)

@@ -13,6 +13,7 @@ process with code 1 (rank 0 reports it); the process also ends when rank 0 disap
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -25,10 +26,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from twinserve.core.capture_schedule import CaptureItem, CaptureRecord, report_of
 from twinserve.core.proc import pid_exists
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.executor import RankExecutor, resolve_device
 from twinserve.engine.tp.channel import StepReceiver
 from twinserve.engine.tp.comm import check_group, group_over, make_backend
+from twinserve.engine.tp.faults import FaultHook
+from twinserve.engine.tp.progress import Progress
 from twinserve.engine.tp.spec import GroupSpec
 
 
@@ -45,32 +50,48 @@ def _watch_leader(pid: int, period_s: float = 0.5) -> None:
             os._exit(1)
 
 
-def serve(spec: GroupSpec, rank: int) -> None:
-    """Join the group, build this rank's executor, execute steps until "stop"."""
+def serve(spec: GroupSpec, rank: int, hook: FaultHook) -> None:
+    """Join the group, build this rank's executor (its capture schedule checked by rank 0 before
+    capture, what it captured reported after), execute steps until "stop"."""
     cfg = spec.engine_cfg
     torch.set_num_threads(spec.num_threads)
     device = resolve_device(cfg.device, rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     receiver = StepReceiver(spec.workdir, rank)
+    progress = Progress(spec.workdir, rank)
     store = dist.TCPStore("127.0.0.1", spec.store_port, spec.world_size, False,
                           timeout=timedelta(seconds=spec.start_timeout_s))
     store.set(f"hello/{rank}", str(os.getpid()))
     backend = make_backend(store, rank, spec.world_size, device, spec.timeout_s)
-    group = group_over(backend, rank, spec.world_size)
+    group = group_over(backend, rank, spec.world_size, progress)
     check_group(group, device)
 
     def agree_pages(local: int) -> int:
         store.set(f"pages/{rank}", str(local))
         return int(store.get("pages"))  # rank 0 publishes the minimum
 
-    ex = RankExecutor(cfg, group, device, agree_pages=agree_pages)
+    def make_log(schedule: list[CaptureItem]) -> CaptureLog:
+        return CaptureLog(hook.schedule(rank, schedule), progress.collectives, progress.capture)
+
+    def agree_schedule(schedule: list[CaptureItem]) -> None:
+        store.set(f"schedule/{rank}", json.dumps(report_of([CaptureRecord.planned(i) for i in schedule])))
+        verdict = store.get("schedule").decode()  # rank 0 publishes "ok" or the difference
+        if verdict != "ok":
+            raise RuntimeError(verdict)
+
+    ex = RankExecutor(cfg, group, device, agree_pages=agree_pages, make_log=make_log,
+                      agree_schedule=agree_schedule)
+    store.set(f"captured/{rank}", json.dumps(report_of(ex.capture_log.records)))
     store.set(f"ready/{rank}", "1")
     runner = ex.runner
     while True:
+        progress.await_step()
         kind, inputs = receiver.recv(lambda: _alive(spec.leader_pid))
         if kind == "stop":
             break
+        progress.begin_step()
+        hook.before_forward(rank, progress.step)
         runner.execute(inputs, host_tokens=False)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -87,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                      name="tp-leader-watch").start()
     code = 0
     try:
-        serve(spec, rank)
+        serve(spec, rank, FaultHook.from_env())
     except BaseException:
         code = 1
         tb = traceback.format_exc()

@@ -5,11 +5,18 @@ the server). It starts ranks 1..N-1 as ``python -m twinserve.engine.tp.follower`
 hosts the rendezvous store, builds its own backend, sends every step on the control channel and
 watches the children: a dead child, a startup that does not finish within
 ``tp_start_timeout_s``, a failed collective or a step that does not finish within
-``tp_timeout_s`` raises `TPGroupError` on rank 0 and stops the whole group.
+``tp_timeout_s`` raises `TPGroupError` on rank 0 and stops the whole group. Such a timeout's
+message names the rank that did not arrive, its step and phase (`Progress`), and rank 0's.
+
+Before capturing CUDA graphs every rank posts its capture schedule to the store and rank 0
+checks they are all its own (`agree_schedule`: a rank capturing other graphs, or in another
+order, would block a collective forever); after capture they post what they captured, with the
+collectives issued per graph, and rank 0 checks that too (`wait_ready`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -25,12 +32,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from twinserve.core.capture_schedule import CaptureItem, CaptureRecord, first_difference, records_of
+from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.layers.parallel import TPGroup
 from twinserve.engine.step_inputs import StepInputs
 from twinserve.engine.tp.channel import StepSender
 from twinserve.engine.tp.comm import check_group, group_over, make_backend, shutdown_backend
 from twinserve.engine.tp.errors import TPGroupError
+from twinserve.engine.tp.progress import Progress, laggards
 from twinserve.engine.tp.spec import GroupSpec, keys
 from twinserve.engine.tp.startup_guard import StartupGuard
 
@@ -93,6 +103,7 @@ class TPLeader:
         self._finalizer = weakref.finalize(self, _Children.kill, self._children)
         self.backend: Any = None
         self.failed: TPGroupError | None = None
+        self.progress = Progress(self._children.workdir, 0)
         if device.type == "cpu":  # ranks share the cores: split the intra-op threads between them
             torch.set_num_threads(max(1, torch.get_num_threads() // self.size))
         else:
@@ -109,11 +120,12 @@ class TPLeader:
             self._children.procs[r] = subprocess.Popen(
                 [sys.executable, "-m", "twinserve.engine.tp.follower", spec_path, str(r)])
         self.sender = StepSender(self._children.workdir, list(range(1, self.size)))
-        self.guard = StartupGuard(self._exited, self._abort, self.start_timeout_s)
+        self.guard = StartupGuard(self._exited, self._abort, self.start_timeout_s,
+                                  where=lambda: self.whereabouts()[1])
         try:
             self.wait_keys(keys("hello", range(1, self.size)), "join the group")
             self.backend = make_backend(self.store, 0, self.size, device, self.timeout_s)
-            self.group: TPGroup = group_over(self.backend, 0, self.size)
+            self.group: TPGroup = group_over(self.backend, 0, self.size, self.progress)
             check_group(self.group, device)
         except TPGroupError:
             raise
@@ -169,9 +181,29 @@ class TPLeader:
                     self.fail(f"tensor-parallel rank {r} (pid {p.pid}) exited with code {p.returncode} "
                               f"during a step ({type(err).__name__}: {str(err)[:300]})", rank=r, cause=err)
             time.sleep(0.02)
-        self.fail(f"tensor-parallel step failed on rank 0 while every follower is still running (one "
+        behind, where = self.whereabouts()
+        self.fail(f"{where}\ntensor-parallel step failed on rank 0 while every follower is still running (one "
                   f"may have stopped answering; collectives time out after tp_timeout_s="
-                  f"{self.timeout_s:g} s): {type(err).__name__}: {err}", cause=err)
+                  f"{self.timeout_s:g} s): {type(err).__name__}: {err}", rank=behind, cause=err)
+
+    def whereabouts(self) -> tuple[int | None, str]:
+        """``(rank, sentence)``: the first follower behind the furthest rank (None if none is)
+        and a sentence naming each such rank's and rank 0's last position (`Progress`)."""
+        pos = {r: Progress.read(self._children.workdir, r) for r in range(self.size)}
+        pids = self.pids()
+
+        def at(r: int) -> str:
+            p = pos[r]
+            return p.describe() if p is not None else "no position reported"
+
+        behind = laggards(pos)
+        if not behind:
+            return None, f"every tensor-parallel rank is at {at(0)}"
+        parts = [f"tensor-parallel rank {r} (pid {pids.get(r, os.getpid())}) did not arrive: it is at {at(r)}"
+                 for r in behind]
+        front = next(r for r in range(self.size) if r not in behind)
+        parts.append(f"rank {front} waits at {at(front)}")
+        return next((r for r in behind if r != 0), None), "; ".join(parts)
 
     def wait_keys(self, names: list[str], what: str) -> None:
         """Poll the store until every key exists, checking the followers meanwhile (a startup
@@ -182,7 +214,7 @@ class TPLeader:
             if time.monotonic() > deadline:
                 missing = [n for n in names if not self.store.check([n])]
                 self.fail(f"tensor-parallel ranks {missing} did not {what} within tp_start_timeout_s="
-                          f"{self.start_timeout_s:g} s")
+                          f"{self.start_timeout_s:g} s ({self.whereabouts()[1]})")
             time.sleep(0.01)
 
     def wait_event(self, evt: Any) -> None:
@@ -198,7 +230,9 @@ class TPLeader:
                 last = now
                 self.check()
                 if now - t0 > self.timeout_s:
-                    self.fail(f"a tensor-parallel step did not finish within {self.timeout_s:.0f} s")
+                    behind, where = self.whereabouts()
+                    self.fail(f"a tensor-parallel step did not finish within tp_timeout_s={self.timeout_s:g} s: "
+                              f"{where}", rank=behind)
             time.sleep(0)
 
     # ---- protocol ----------------------------------------------------------------------------
@@ -209,12 +243,36 @@ class TPLeader:
         self.store.set("pages", str(n))
         return n
 
-    def wait_ready(self) -> None:
+    def capture_log(self, schedule: list[CaptureItem]) -> CaptureLog:
+        """Rank 0's `CaptureLog`: counts this rank's collectives, reports each capture."""
+        return CaptureLog(schedule, self.progress.collectives, self.progress.capture)
+
+    def _compare(self, what: str, key: str, mine: list[CaptureRecord]) -> tuple[int, str] | None:
+        names = keys(key, range(1, self.size))
+        self.wait_keys(names, f"report their {what}")
+        reports = {0: mine} | {r: records_of(json.loads(self.store.get(k))) for r, k in zip(range(1, self.size), names)}
+        return first_difference(reports, what)
+
+    def agree_schedule(self, schedule: list[CaptureItem]) -> None:
+        """Every rank follows rank 0's capture schedule, else `TPGroupError` names the first
+        rank and position that differ (the followers learn the verdict from the store)."""
+        diff = self._compare("capture schedule", "schedule", [CaptureRecord.planned(i) for i in schedule])
+        self.store.set("schedule", diff[1] if diff else "ok")
+        if diff:
+            self.fail(diff[1], rank=diff[0])
+
+    def wait_ready(self, captured: list[CaptureRecord]) -> None:
+        """Wait for every follower's shard, then check each captured the graphs rank 0 did
+        (``captured``), in the same order with the same collectives inside."""
         self.wait_keys(keys("ready", range(1, self.size)), "finish building their model shard")
+        diff = self._compare("graph capture", "captured", captured)
+        if diff:
+            self.fail(diff[1], rank=diff[0])
         self.guard.done()
 
     def send(self, inputs: StepInputs) -> None:
         self.check()
+        self.progress.begin_step()
         self.sender.send("step", inputs)
 
     # ---- shutdown ----------------------------------------------------------------------------

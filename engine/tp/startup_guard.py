@@ -24,12 +24,16 @@ class StartupGuard:
     to stderr, calls ``on_failure()`` (kill the followers, abort the NCCL communicator: this
     unblocks CUDA waits on collectives) and, if startup has still neither finished nor raised
     after ``grace_s`` more seconds, ends the process with code 70 rather than hang silently.
-    ``exited()`` returns ``(rank, pid, exit code)`` of a follower that has exited, or None.
+    ``exited()`` returns ``(rank, pid, exit code)`` of a follower that has exited, or None;
+    ``where()`` (optional) says where the ranks are (the leader's `whereabouts`), appended to
+    the line.
     """
 
     def __init__(self, exited: Callable[[], tuple[int, int, int] | None], on_failure: Callable[[], None],
-                 timeout_s: float, grace_s: float = 30.0, period_s: float = 0.25) -> None:
+                 timeout_s: float, grace_s: float = 30.0, period_s: float = 0.25,
+                 where: Callable[[], str] | None = None) -> None:
         self._exited = exited
+        self._where = where
         self._on_failure = on_failure
         self.timeout_s = timeout_s
         self.grace_s = grace_s
@@ -53,6 +57,11 @@ class StartupGuard:
                 continue
             if self._done.wait(min(2.0, self.grace_s)):  # the main thread may raise on its own
                 return
+            if self._where is not None:
+                try:
+                    why += f" ({self._where()})"
+                except Exception:  # noqa: BLE001 - the position is a hint; the stop below matters
+                    pass
             print(f"[twinserve] {why}; stopping the group", file=sys.stderr, flush=True)
             try:
                 self._on_failure()

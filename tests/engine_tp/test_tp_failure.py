@@ -114,7 +114,8 @@ def test_startup_guard_ends_a_blocked_startup():
         import time
         from twinserve.engine.tp.startup_guard import StartupGuard
         g = StartupGuard(lambda: (1, 4242, -9), lambda: print("on_failure", flush=True),
-                         timeout_s=60, grace_s=0.5, period_s=0.05)
+                         timeout_s=60, grace_s=0.5, period_s=0.05,
+                         where=lambda: "rank 1 is at graph capture of decode 64")
         time.sleep(30)  # a startup that never finishes
     """)
     t0 = time.monotonic()
@@ -122,7 +123,7 @@ def test_startup_guard_ends_a_blocked_startup():
     assert time.monotonic() - t0 < 15
     assert proc.returncode == 70
     assert "on_failure" in proc.stdout
-    assert "rank 1 (pid 4242) exited with code -9 during startup" in proc.stderr
+    assert "rank 1 (pid 4242) exited with code -9 during startup (rank 1 is at graph capture of decode 64)" in proc.stderr
 
 
 def test_startup_is_bounded_by_its_own_timeout(tiny_dir):
