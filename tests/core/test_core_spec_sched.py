@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers_core import make_req, make_sched
+from twinserve.core.graph_plan import DEFAULT_PLAN
 from twinserve.core.spec import SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 
@@ -98,7 +99,7 @@ def test_verify_rows_count_k_plus_one_and_accept():
     b = s.schedule(1.0)
     assert b.drafts == [3] and b.new_tokens == [4] and not b.is_decode[0]
     assert r.tokens[b.starts[0]: b.starts[0] + 4].tolist() == [3, 4, 5, 9]
-    f = b.features()  # what a cost model prices: a row of 1 + 3 new tokens after its context
+    f = b.features(DEFAULT_PLAN)  # what a cost model prices: a row of 1 + 3 new tokens after its context
     assert (f.new_tokens, f.num_decodes, f.prefill_tokens, f.prefill_ctx) == (4, 0, 4, b.starts[0] + 4)
     pages_before = len(r.pages)
     # the target agrees with 4 and 5, then says 7: outputs 3, 4, 5, 7
