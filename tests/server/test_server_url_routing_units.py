@@ -1,0 +1,102 @@
+"""`UrlRouter` and the bench client's retries, with fake transports: a URL that refuses the
+connection is routed around, a 429 is retried once on each other live URL, and the views'
+counts return to 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator
+
+import numpy as np
+
+from twinserve.core.workload import RequestSpec
+from twinserve.server.bench_client import BenchConfig, _Replayer
+from twinserve.server.bench_transport import ConnectError, HTTPStatusError
+from twinserve.server.url_router import UrlRouter
+
+_TOKEN = b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'
+_LAST = b'data: {"choices":[{"index":0,"text":"x","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+
+
+class FakeClient:
+    """A transport whose ``stream`` refuses (``ConnectError``), answers 429, or streams tokens."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.calls = 0
+
+    @contextlib.asynccontextmanager
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[bytes]]:
+        self.calls += 1
+        if self.mode == "refuse":
+            raise ConnectError("ConnectError: connection refused")
+        if self.mode == "429":
+            raise HTTPStatusError("HTTP 429: queue full", 429)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(body["max_tokens"] - 1):
+                yield _TOKEN
+            yield _LAST
+
+        yield chunks()
+
+
+def _send(clients: list[FakeClient], routing: UrlRouter, rid: int = 1) -> Any:
+    spec = RequestSpec(rid=rid, arrival=0.0, prompt_len=20, output_len=3)
+    prompt = list(range(20))
+    rep = _Replayer(BenchConfig(replica_urls=["a", "b", "c"]), "m", clients, routing)
+    return asyncio.run(rep.one(spec, prompt, np.asarray(prompt, dtype=np.int32)))
+
+
+def test_a_refused_url_is_taken_out_and_the_request_served_elsewhere() -> None:
+    clients = [FakeClient("refuse"), FakeClient("ok"), FakeClient("ok")]
+    routing = UrlRouter(["a", "b", "c"], "round_robin")
+    row = _send(clients, routing)
+    assert row.error is None and row.replica in (1, 2) and row.output_tokens == 3
+    assert routing.alive == [False, True, True]
+    row = _send(clients, routing, rid=2)
+    assert row.replica in (1, 2) and clients[0].calls == 1  # never tried again
+    assert all(v.in_flight == 0 and v.tokens == 0 for v in routing.views)
+
+
+def test_a_429_is_retried_once_on_each_other_live_url() -> None:
+    clients = [FakeClient("429"), FakeClient("429"), FakeClient("ok")]
+    routing = UrlRouter(["a", "b", "c"], "least_loaded")  # all idle: tries 0, then 1, then 2
+    row = _send(clients, routing)
+    assert row.error is None and row.replica == 2 and row.finish_reason == "length"
+    assert [c.calls for c in clients] == [1, 1, 1]
+    assert routing.alive == [True, True, True]  # a full queue is not a dead server
+    assert all(v.in_flight == 0 and v.tokens == 0 for v in routing.views)
+
+
+def test_429_everywhere_fails_once_per_url_with_the_429() -> None:
+    clients = [FakeClient("429"), FakeClient("refuse"), FakeClient("429")]
+    routing = UrlRouter(["a", "b", "c"], "least_loaded")
+    row = _send(clients, routing)
+    assert row.finish_reason == "abort" and [c.calls for c in clients] == [1, 1, 1]
+    assert "HTTP 429" in row.error and "every live server" in row.error
+
+
+def test_no_url_left_names_every_url_and_why() -> None:
+    clients = [FakeClient("refuse"), FakeClient("refuse"), FakeClient("refuse")]
+    routing = UrlRouter(["http://a:1", "http://b:2", "http://c:3"], "least_loaded")
+    row = _send(clients, routing)
+    assert row.finish_reason == "abort" and np.isnan(row.finish_s)
+    assert row.error.startswith("NoReplica: no server left")
+    assert all(u in row.error for u in ("http://a:1", "http://b:2", "http://c:3"))
+    assert "connection refused" in row.error
+
+
+def test_views_count_what_was_sent_and_prefix_affinity_follows_it() -> None:
+    routing = UrlRouter(["a", "b"], "prefix_affinity")
+    shared = np.arange(100, 164, dtype=np.int32)
+    first = routing.choose(1, np.concatenate([shared, [1, 2]]).astype(np.int32), 4, 0.0)
+    other = routing.choose(2, np.arange(500, 540, dtype=np.int32), 4, 0.0)  # no match: least loaded
+    assert other != first
+    assert routing.views[first].num_running == 1 and routing.views[first].outstanding_tokens == 66 + 4
+    routing.on_tokens(first, 2)
+    assert routing.views[first].outstanding_tokens == 68
+    for rid in range(3, 8):
+        assert routing.choose(rid, np.concatenate([shared, [rid]]).astype(np.int32), 4, 0.0) == first
+    assert routing.choose(9, shared, 4, 0.0, exclude=frozenset({first})) == other
