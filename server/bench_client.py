@@ -364,4 +364,6 @@ def run_bench(cfg: Mapping[str, Any], workload: Any) -> tuple[pd.DataFrame, None
                              "transport": transport_name(bc.transport),
                              "prompt_format": bc.prompt_format, "max_concurrency": bc.max_concurrency,
                              "errors": len(res.errors), "first_errors": res.errors[:5]}}
+    if bc.replica_urls:  # summary.json's run facts: the servers routed over, not the config's replicas=1
+        meta.update(replicas=len(bc.replica_urls), router=bc.router)
     return res.requests, None, meta

@@ -53,6 +53,7 @@ def test_prefix_affinity_keeps_each_shared_prefix_on_one_url(two_servers: list[s
            "server": {"base_url": None, "replica_urls": list(two_servers)}, "router": "prefix_affinity"}
     reqs, _, meta = run_bench(cfg, _two_prefixes())
     assert meta["bench_client"]["errors"] == 0 and meta["bench_client"]["router"] == "prefix_affinity"
+    assert (meta["replicas"], meta["router"]) == (2, "prefix_affinity")  # summary.json's run facts
     by_group = reqs.groupby("tenant").replica.unique()
     assert sorted(len(v) for v in by_group) == [1, 1]  # each prefix stayed where it was first sent
     assert sorted(int(v[0]) for v in by_group) == [0, 1]  # and both servers served
