@@ -11,6 +11,8 @@ Everything is timed on the client with ``time.perf_counter`` relative to the ben
   ITL pools the gaps between chunks, as vLLM's benchmark does); ``finish_s``: end of the stream;
 - ``output_tokens``, ``prompt_tokens``, ``cached_tokens``: from the final ``usage`` when the server
   sends one, else counted chunks and the workload's prompt length;
+- ``replica``: the URL's index with ``replica_urls``; else the engine replica a twinserve server
+  running several reports in its ``usage`` (``replica``), or 0;
 - ``scheduled_s`` is NaN and ``preemptions`` 0 (a client cannot see them); a request that fails
   (HTTP error, broken stream, timeout) gets ``finish_reason="abort"`` and NaN finish time.
 
@@ -266,6 +268,8 @@ class _Replayer:
             row.prompt_tokens = int(usage.get("prompt_tokens", row.prompt_tokens))
             details = usage.get("prompt_tokens_details") or {}
             row.cached_tokens = int(details.get("cached_tokens") or 0)
+            if self.routing is None and isinstance(usage.get("replica"), int):
+                row.replica = int(usage["replica"])  # twinserve-serve replicas=N: the engine replica
         if row.error is None and row.finish_reason is None:
             row.finish_reason = "length"
 
