@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from typing import Any, AsyncIterator
 
 import numpy as np
+import pytest
 
 from twinserve.core.workload import RequestSpec
 from twinserve.server.bench_client import BenchConfig, _Replayer
-from twinserve.server.bench_transport import ConnectError, HTTPStatusError
+from twinserve.server.bench_transport import TRANSPORTS, ConnectError, HTTPStatusError
 from twinserve.server.url_router import UrlRouter
 
 _TOKEN = b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'
@@ -100,3 +102,29 @@ def test_views_count_what_was_sent_and_prefix_affinity_follows_it() -> None:
     for rid in range(3, 8):
         assert routing.choose(rid, np.concatenate([shared, [rid]]).astype(np.int32), 4, 0.0) == first
     assert routing.choose(9, shared, 4, 0.0, exclude=frozenset({first})) == other
+
+
+@pytest.mark.parametrize("name", ["httpx", "aiohttp"])
+def test_transports_raise_connect_error_where_nothing_listens(name: str) -> None:
+    if name == "aiohttp":
+        pytest.importorskip("aiohttp")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    async def go() -> list[str]:
+        got = []
+        async with TRANSPORTS.create(name, base_url=url, timeout_s=5, max_connections=4, headers={}) as t:
+            for call in (lambda: t.get_json("/v1/models"), None):
+                try:
+                    if call is not None:
+                        await call()
+                    else:
+                        async with t.stream("/v1/completions", {"prompt": [1]}) as chunks:
+                            async for _ in chunks:
+                                pass
+                except ConnectError as e:
+                    got.append(type(e).__name__)
+        return got
+
+    assert asyncio.run(go()) == ["ConnectError", "ConnectError"]
