@@ -66,3 +66,35 @@ def test_no_live_url_is_a_clear_error() -> None:
         bench_workload(BenchConfig(replica_urls=dead, timeout_s=10), _two_prefixes(2))
     assert str(e.value).startswith("no server left to send the request to")
     assert all(u in str(e.value) for u in dead)
+
+
+def test_a_server_stopped_mid_replay_is_routed_around(two_servers: list[str], tiny_model: str) -> None:
+    import threading
+    import time
+
+    from twinserve.core.workload import synthetic
+    from twinserve.server.launch import start_server
+
+    victim = start_server(engine_config(tiny_model), request_timeout_s=60.0, env=SERVER_ENV)
+    wl = synthetic(num_requests=40, rate=10.0, prompt_len=20, output_len=3, seed=4,
+                   vocab_size=1024)
+    stopped: list[float] = []
+
+    def stop_soon() -> None:
+        time.sleep(1.0)
+        victim.stop()
+        stopped.append(time.perf_counter())
+
+    killer = threading.Thread(target=stop_soon)
+    start = time.perf_counter()
+    killer.start()
+    try:
+        res = bench_workload(BenchConfig(replica_urls=[two_servers[0], victim.url], router="round_robin",
+                                         timeout_s=60), wl)
+    finally:
+        killer.join()
+    df = res.requests
+    after = df[start + df.arrival_s > stopped[0]]  # sent once the victim was gone
+    assert len(after) >= 5 and (after.replica == 0).all() and (after.finish_reason == "length").all()
+    assert ((df.replica == 1) & (df.finish_reason == "length")).any()  # it served before it stopped
+    assert (df[df.finish_reason == "abort"].replica == 1).all()  # only its in-flight requests failed
