@@ -41,7 +41,8 @@ import pandas as pd
 
 from twinserve.core.metrics import COLUMNS, format_summary, summarize
 from twinserve.core.errors import UserError
-from twinserve.server.bench_transport import TRANSPORTS, ConnectError, HTTPStatusError, transport_name
+from twinserve.server.bench_transport import TRANSPORTS, ConnectError, HTTPStatusError, TransportError, transport_name
+from twinserve.server.scraped_gauges import scraped_gauges
 from twinserve.server.url_router import UrlRouter
 
 
@@ -60,7 +61,8 @@ class BenchConfig:
     uses them; servers without priority scheduling may reject ``priority``).
     ``transport``: "httpx", "aiohttp" or "auto" (aiohttp when installed: see `bench_transport`).
     ``replica_urls``: several servers instead of ``base_url`` (routed with ``router`` and
-    ``router_kwargs``; see the module docstring).
+    ``router_kwargs``; see the module docstring); ``metrics_interval_s``: how often each of them
+    has its ``/metrics`` read for the router's views (0 or None: never).
     """
 
     base_url: str = "http://127.0.0.1:8000"
@@ -79,6 +81,7 @@ class BenchConfig:
     replica_urls: list[str] | None = None
     router: str = "round_robin"
     router_kwargs: dict[str, Any] = field(default_factory=dict)
+    metrics_interval_s: float | None = 1.0
 
     def urls(self) -> list[str]:
         return [str(u).rstrip("/") for u in self.replica_urls] if self.replica_urls else [self.base_url]
@@ -306,6 +309,21 @@ async def _probe(cfg: BenchConfig, clients: list[Any], routing: UrlRouter | None
     return model
 
 
+async def _scrape(clients: list[Any], routing: UrlRouter, interval_s: float) -> None:
+    """Read every live URL's ``/metrics`` into ``routing`` every ``interval_s`` until cancelled;
+    a URL that does not answer keeps its last gauges (failures are the requests' to report)."""
+
+    async def one(k: int) -> None:
+        try:
+            routing.on_scraped(k, scraped_gauges(await clients[k].get_text("/metrics")))
+        except (TransportError, HTTPStatusError):
+            pass
+
+    while True:
+        await asyncio.gather(*(one(k) for k, a in enumerate(routing.alive) if a))
+        await asyncio.sleep(interval_s)
+
+
 async def _replay(cfg: BenchConfig, workload: Any) -> tuple[list[_Row], float]:
     ids = [workload.prompt_tokens(s) for s in workload]
     prompts = _prompts(cfg, ids)
@@ -318,8 +336,17 @@ async def _replay(cfg: BenchConfig, workload: Any) -> tuple[list[_Row], float]:
             max_connections=cfg.max_concurrency or 100_000, headers=headers)) for u in urls]
         model = await _probe(cfg, clients, routing)
         rep = _Replayer(cfg, model, clients, routing)
+        scraper = None
+        if routing is not None and cfg.metrics_interval_s:
+            scraper = asyncio.create_task(_scrape(clients, routing, float(cfg.metrics_interval_s)))
         rep.t0 = time.perf_counter()
-        rows = await asyncio.gather(*(rep.one(s, p, i) for s, p, i in zip(workload, prompts, ids)))
+        try:
+            rows = await asyncio.gather(*(rep.one(s, p, i) for s, p, i in zip(workload, prompts, ids)))
+        finally:
+            if scraper is not None:
+                scraper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scraper
         duration = time.perf_counter() - rep.t0
     return list(rows), duration
 

@@ -1,7 +1,7 @@
 """HTTP transports of the bench client: how a streamed POST's raw bytes are read.
 
 Contract of a transport: an async context manager over one connection pool; ``get_json(path)``
-returns a decoded JSON body; ``stream(path, body)`` is an async context manager yielding an
+returns a decoded JSON body, ``get_text(path)`` a text body; ``stream(path, body)`` is an async context manager yielding an
 async iterator of raw body bytes, and raises `HTTPStatusError` for a non-200 answer (with the
 body's beginning in the message and the code as ``status``). Errors of the library surface as
 `TransportError` (`ConnectError` when no connection could be opened).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 from typing import Any, AsyncIterator
 
 import httpx
@@ -59,6 +60,12 @@ class HttpxTransport:
         await self.client.aclose()
 
     async def get_json(self, path: str) -> Any:
+        return (await self._get(path)).json()
+
+    async def get_text(self, path: str) -> str:
+        return (await self._get(path)).text
+
+    async def _get(self, path: str) -> httpx.Response:
         try:
             r = await self.client.get(path)
         except httpx.ConnectError as e:
@@ -67,7 +74,7 @@ class HttpxTransport:
             raise TransportError(f"{type(e).__name__}: {e}") from e
         if r.status_code != 200:
             raise HTTPStatusError(f"HTTP {r.status_code}: {r.text[:300]}", r.status_code)
-        return r.json()
+        return r
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -111,11 +118,14 @@ class AiohttpTransport:
         await self.session.close()
 
     async def get_json(self, path: str) -> Any:
+        return json.loads(await self.get_text(path))
+
+    async def get_text(self, path: str) -> str:
         try:
             async with self.session.get(self.base_url + path) as r:
                 if r.status != 200:
                     raise HTTPStatusError(f"HTTP {r.status}: {(await r.text())[:300]}", r.status)
-                return await r.json()
+                return await r.text()
         except self._aiohttp.ClientConnectorError as e:
             raise ConnectError(f"{type(e).__name__}: {e}") from e
         except (self._aiohttp.ClientError, TimeoutError) as e:

@@ -20,10 +20,10 @@ URL_INDEX_PAGES = 1 << 16  # pages each server's prefix index keeps
 class SentReplica:
     """A `ReplicaView` of a server behind a URL, from the client's side only.
 
-    ``num_running``: requests sent and not yet ended (the client cannot tell waiting from
-    running, so ``num_waiting`` is 0); ``outstanding_tokens``: for those, ``prompt + max_tokens``
-    minus the tokens streamed back so far; ``kv_usage``: 0 (unknown); ``match_len``: a
-    `RoutedPrefixes` index of the prompts sent there. Invariant: both counts return to 0 once
+    ``num_running``: requests sent and not yet ended; ``outstanding_tokens``: for those,
+    ``prompt + max_tokens`` minus the tokens streamed back so far; ``match_len``: a
+    `RoutedPrefixes` index of the prompts sent there; ``num_waiting`` and ``kv_usage``: the
+    server's gauges as last read from its ``/metrics`` (`scraped`; 0 until read). Invariant: both counts return to 0 once
     every request sent has ended (`on_end` with its unreceived tokens).
     """
 
@@ -31,10 +31,11 @@ class SentReplica:
         self.prefixes = RoutedPrefixes(page_size, capacity_pages)
         self.in_flight = 0
         self.tokens = 0
+        self.scraped: dict[str, float] = {}
 
     @property
     def num_waiting(self) -> int:
-        return 0
+        return int(self.scraped.get("waiting", 0))
 
     @property
     def num_running(self) -> int:
@@ -46,7 +47,7 @@ class SentReplica:
 
     @property
     def kv_usage(self) -> float:
-        return 0.0
+        return float(self.scraped.get("kv_usage", 0.0))
 
     def match_len(self, tokens: np.ndarray) -> int:
         return self.prefixes.match_len(tokens)
@@ -93,6 +94,10 @@ class UrlRouter:
         v = self.views[k]
         v.in_flight -= 1
         v.tokens -= unreceived
+
+    def on_scraped(self, k: int, gauges: Mapping[str, float]) -> None:
+        """URL ``k``'s ``/metrics`` gauges (`scraped_gauges`) as just read."""
+        self.views[k].scraped = dict(gauges)
 
     def down(self, k: int, why: str) -> None:
         self.alive[k] = False

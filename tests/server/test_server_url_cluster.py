@@ -98,3 +98,30 @@ def test_a_server_stopped_mid_replay_is_routed_around(two_servers: list[str], ti
     assert len(after) >= 5 and (after.replica == 0).all() and (after.finish_reason == "length").all()
     assert ((df.replica == 1) & (df.finish_reason == "length")).any()  # it served before it stopped
     assert (df[df.finish_reason == "abort"].replica == 1).all()  # only its in-flight requests failed
+
+
+def test_each_servers_metrics_feed_its_view(two_servers: list[str]) -> None:
+    import asyncio
+    import contextlib
+
+    from twinserve.server.bench_client import _scrape
+    from twinserve.server.bench_transport import TRANSPORTS
+    from twinserve.server.url_router import UrlRouter
+
+    urls = [two_servers[0], _dead_url(), two_servers[1]]
+    routing = UrlRouter(urls, "least_loaded")
+
+    async def go() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(TRANSPORTS.create(
+                "httpx", base_url=u, timeout_s=5, max_connections=4, headers={})) for u in urls]
+            task = asyncio.create_task(_scrape(clients, routing, 0.05))
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
+    for k in (0, 2):  # idle servers: their gauges were read, and are 0
+        assert routing.views[k].scraped == {"waiting": 0.0, "kv_usage": 0.0}
+    assert routing.views[1].scraped == {} and routing.alive == [True, True, True]

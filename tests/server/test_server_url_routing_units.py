@@ -128,3 +128,28 @@ def test_transports_raise_connect_error_where_nothing_listens(name: str) -> None
         return got
 
     assert asyncio.run(go()) == ["ConnectError", "ConnectError"]
+
+
+def test_scraped_gauges_reads_twinserve_and_vllm_names() -> None:
+    from twinserve.server.scraped_gauges import scraped_gauges
+
+    text = "\n".join([
+        "# HELP twinserve_num_requests_waiting Requests waiting",
+        '# TYPE twinserve_num_requests_waiting gauge',
+        'twinserve_num_requests_waiting{model_name="a"} 3.0',
+        'twinserve_kv_cache_usage_perc{model_name="a"} 0.25 1700000000000',
+        "twinserve_num_requests_running 7",
+        'vllm:num_requests_waiting{model_name="b",engine="0"} 2',
+        "vllm:kv_cache_usage_perc not-a-number",
+    ])
+    assert scraped_gauges(text) == {"waiting": 5.0, "kv_usage": 0.25}
+    assert scraped_gauges("") == {}
+
+
+def test_scraped_gauges_feed_the_views() -> None:
+    routing = UrlRouter(["a", "b"], "cache_aware", {"max_kv_usage": 0.5})
+    routing.on_scraped(0, {"waiting": 4.0, "kv_usage": 0.9})
+    assert (routing.views[0].num_waiting, routing.views[0].kv_usage) == (4, 0.9)
+    assert (routing.views[1].num_waiting, routing.views[1].kv_usage) == (0, 0.0)
+    prompt = np.arange(32, dtype=np.int32)
+    assert routing.choose(1, prompt, 4, 0.0) == 1  # replica 0 is over cache_aware's KV limit
