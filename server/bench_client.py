@@ -352,7 +352,8 @@ async def _replay(cfg: BenchConfig, workload: Any) -> tuple[list[_Row], float]:
 
 
 def bench_workload(cfg: BenchConfig, workload: Any, print_summary: bool = False) -> BenchResult:
-    """Replay ``workload`` against ``cfg.base_url`` (or ``cfg.replica_urls``); returns the requests frame and its summary."""
+    """Replay ``workload`` against ``cfg.base_url`` (or ``cfg.replica_urls``); returns the
+    requests frame and its summary."""
     rows, _ = asyncio.run(_replay(cfg, workload))
     df = frame(rows)
     summary = summarize(df)

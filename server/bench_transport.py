@@ -1,10 +1,10 @@
 """HTTP transports of the bench client: how a streamed POST's raw bytes are read.
 
 Contract of a transport: an async context manager over one connection pool; ``get_json(path)``
-returns a decoded JSON body, ``get_text(path)`` a text body; ``stream(path, body)`` is an async context manager yielding an
-async iterator of raw body bytes, and raises `HTTPStatusError` for a non-200 answer (with the
-body's beginning in the message and the code as ``status``). Errors of the library surface as
-`TransportError` (`ConnectError` when no connection could be opened).
+returns a decoded JSON body, ``get_text(path)`` a text body; ``stream(path, body)`` is an async
+context manager yielding an async iterator of raw body bytes, and raises `HTTPStatusError` for a
+non-200 answer (with the body's beginning in the message and the code as ``status``). Errors of
+the library surface as `TransportError` (`ConnectError` when no connection could be opened).
 
 ``httpx`` is the reference; ``aiohttp`` (C HTTP parser) costs about a quarter of the client CPU
 per streamed chunk (36 vs 138 us measured on the CI machine), which matters when one client

@@ -1,6 +1,6 @@
 """`UrlRouter`: the bench client's choice of server, among ``server.replica_urls``, for each
 request, with the routers of `twinserve.policies.routing`, over views built from what was sent
-to each server and what came back."""
+to each server, what came back, and its ``/metrics``."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ URL_INDEX_PAGES = 1 << 16  # pages each server's prefix index keeps
 
 
 class SentReplica:
-    """A `ReplicaView` of a server behind a URL, from the client's side only.
+    """A `ReplicaView` of a server behind a URL, as the client sees it.
 
     ``num_running``: requests sent and not yet ended; ``outstanding_tokens``: for those,
     ``prompt + max_tokens`` minus the tokens streamed back so far; ``match_len``: a
     `RoutedPrefixes` index of the prompts sent there; ``num_waiting`` and ``kv_usage``: the
-    server's gauges as last read from its ``/metrics`` (`scraped`; 0 until read). Invariant: both counts return to 0 once
-    every request sent has ended (`on_end` with its unreceived tokens).
+    server's gauges as last read from its ``/metrics`` (`scraped`; 0 until read).
+    Invariant: ``in_flight`` and ``tokens`` return to 0 once every request sent has ended
+    (`UrlRouter.on_end` with its unreceived tokens).
     """
 
     def __init__(self, page_size: int, capacity_pages: int) -> None:
