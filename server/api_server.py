@@ -49,7 +49,9 @@ class ModelInfo:
 
 @dataclass(slots=True)
 class AppState:
-    """What the handlers use; built by the launcher inside the app's lifespan."""
+    """What the handlers use; built by the launcher inside the app's lifespan. With
+    ``replicas > 1`` every usage carries ``replica``: the engine replica that accepted the
+    request's first output."""
 
     client: EngineClient
     metrics: ServerMetrics
@@ -57,6 +59,14 @@ class AppState:
     pids: dict[str, int]
     ipc_dir: str
     max_n: int
+    replicas: int = 1
+
+
+def _usage(st: AppState, streams: list[RequestStream]) -> dict[str, Any]:
+    u = usage_of([s.usage() for s in streams])
+    if st.replicas > 1 and streams[0].replica is not None:
+        u["replica"] = streams[0].replica
+    return u
 
 
 def _state(request: Request) -> AppState:
@@ -117,7 +127,7 @@ async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_
         yield SSE_DONE
         return
     if include_usage:
-        yield sse_data(fmt.usage(usage_of([s.usage() for s in streams])))
+        yield sse_data(fmt.usage(_usage(st, streams)))
     yield SSE_DONE
 
 
@@ -164,7 +174,7 @@ async def _respond(st: AppState, request: Request, body: SamplingFields, fmt: An
         await _abort_all(st, streams)
     if gone:
         return Response(status_code=CLIENT_GONE)
-    return JSONResponse(fmt.full(choices, usage_of([s.usage() for s in streams])))
+    return JSONResponse(fmt.full(choices, _usage(st, streams)))
 
 
 def _request(rid: int, body: SamplingFields, kind: str, field: str, k: int, after: int | None, *,

@@ -111,7 +111,7 @@ def run_http(spec: HttpSpec) -> None:
         print(f"twinserve: serving {spec.model.name} at {spec.url} "
               f"(max_model_len {spec.model.max_model_len})", flush=True)
         try:
-            yield AppState(client, metrics, spec.model, pids, spec.paths.root, spec.cfg.max_n)
+            yield AppState(client, metrics, spec.model, pids, spec.paths.root, spec.cfg.max_n, spec.cfg.replicas)
         finally:
             client.fail_all(503, "the server is shutting down")
             await cancel_tasks(*tasks)

@@ -81,6 +81,9 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     base.update(replicas=int(cfg.get("replicas", 1) or 1), router=str(cfg.get("router") or "round_robin"),
                 router_kwargs=dict(cfg.get("router_kwargs") or {}))
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
+    if base.pop("replica_urls", None):
+        raise UserError("server.replica_urls is read by backend=server replays (twinserve-run); "
+                        "twinserve-serve starts its own replicas: replicas=N router=NAME", "server.replica_urls")
     unknown = set(base) - known
     if unknown:
         raise UserError(f"unknown server keys {sorted(unknown)}; known: {sorted(known)}", "server")

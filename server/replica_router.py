@@ -10,7 +10,7 @@ import numpy as np
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.policies import ROUTING
-from twinserve.policies.cache.radix import RadixCache
+from twinserve.server.routed_prefixes import RoutedPrefixes
 
 DEFAULT_PAGE_SIZE = 16  # the prefix index's granularity when an engine reports no page size
 
@@ -20,19 +20,16 @@ class RemoteReplica:
 
     Gauges (``waiting``, ``running``, ``kv_usage``, ``outstanding_tokens``) are those of its
     latest ``EngineStats``, plus the requests routed to it since (counted as waiting, with their
-    prompt and ``max_tokens`` as outstanding tokens). ``match_len`` reads a prefix index of the
-    prompts routed to it: a radix tree of the same page size holding at most as many pages as
-    the replica's pool, least recently routed evicted first, so it follows the replica's own
-    cache without reading it (a prefix the replica evicted early may still count).
+    prompt and ``max_tokens`` as outstanding tokens). ``match_len`` reads a `RoutedPrefixes` index of
+    the prompts routed to it, of the same page size and at most as many pages as the replica's
+    pool, so it follows the replica's own cache without reading it.
     """
 
     def __init__(self, page_size: int, capacity_pages: int) -> None:
-        self.index = RadixCache(page_size)
-        self.capacity = max(1, capacity_pages)
+        self.prefixes = RoutedPrefixes(page_size, capacity_pages)
         self.stats: Mapping[str, Any] = {}
         self.sent_reqs = 0
         self.sent_tokens = 0
-        self._page = 0
 
     @property
     def num_waiting(self) -> int:
@@ -51,26 +48,19 @@ class RemoteReplica:
         return float(self.stats.get("kv_usage", 0.0))
 
     def match_len(self, tokens: np.ndarray) -> int:
-        return int(self.index.match_len(tokens))
+        return self.prefixes.match_len(tokens)
 
     def on_stats(self, stats: Mapping[str, Any]) -> None:
         self.stats = stats
         self.sent_reqs = self.sent_tokens = 0
         pages = stats.get("num_pages")
         if isinstance(pages, (int, float)) and pages > 0:
-            self.capacity = int(pages)
+            self.prefixes.capacity = int(pages)
 
     def on_sent(self, prompt: np.ndarray, max_tokens: int) -> None:
         self.sent_reqs += 1
         self.sent_tokens += len(prompt) + max_tokens
-        ps = self.index.page_size
-        n = len(prompt) // ps
-        if n:
-            self.index.insert(prompt[: n * ps], list(range(self._page, self._page + n)))
-            self._page += n
-        excess = self.index.num_pages - self.capacity
-        if excess > 0:
-            self.index.evict(excess)
+        self.prefixes.add(prompt)
 
 
 class ReplicaRouter:

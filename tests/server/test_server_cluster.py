@@ -39,6 +39,16 @@ def cluster(tiny_model: str):
     assert h.stop() == 0, h.log()
 
 
+def test_a_replay_records_the_replica_that_served_each_request(cluster) -> None:
+    from twinserve.core.workload import synthetic
+    from twinserve.server.bench_client import BenchConfig, bench_workload
+
+    wl = synthetic(num_requests=6, rate=20.0, prompt_len=12, output_len=3, seed=3, vocab_size=1024)
+    res = bench_workload(BenchConfig(base_url=cluster.url, timeout_s=60), wl)
+    assert res.errors == []
+    assert sorted(res.requests.replica.tolist()) == [0, 0, 0, 1, 1, 1]  # round robin over the two
+
+
 def test_requests_go_to_both_replicas_and_a_dead_one_is_routed_around(cluster) -> None:
     url = cluster.url
     assert {"engine0", "engine1"} <= set(cluster.children)

@@ -37,7 +37,7 @@ def test_the_prefix_index_holds_at_most_the_pool() -> None:
     r.choose(1, list(range(100, 116)), 1, 0.0)  # 4 pages on replica 0
     r.choose(2, list(range(300, 308)), 1, 0.0)  # least loaded: replica 1
     r.choose(3, list(range(500, 516)), 1, 0.0)  # replica 1 again (less outstanding), 6 pages > 4
-    assert r.views[1].index.num_pages <= 4 and r.views[0].index.num_pages == 4
+    assert r.views[1].prefixes.index.num_pages <= 4 and r.views[0].prefixes.index.num_pages == 4
 
 
 def test_a_replica_down_is_never_chosen_and_none_left_gives_none() -> None:

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from twinserve.core.errors import UserError
 from twinserve.server.detokenizer_worker import Detokenizer, find_stop, held_suffix
 from twinserve.server.messages import (
     Accepted, GenerateRequest, StepOutputs, TextDelta, TokenizeRequest, TokenOutput, decode, encode,
@@ -189,3 +190,5 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     _, sc = compose_server_config([lp, "replicas=2", "router=cache_aware", "+router_kwargs.load_weight=0.5"])
     assert (sc.replicas, sc.router, sc.router_kwargs) == (2, "cache_aware", {"load_weight": 0.5})
     assert compose_server_config([lp])[1].replicas == 1
+    with pytest.raises(UserError, match="backend=server replays"):  # routing over URLs is the bench client's
+        compose_server_config([lp, "server.replica_urls=[http://h:1]"])
