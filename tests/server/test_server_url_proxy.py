@@ -144,3 +144,47 @@ def test_a_killed_backend_is_routed_around_then_all_down_is_503(two_servers: lis
         assert httpx.get(f"{p.url}/health").status_code == 503
     finally:
         assert p.stop() == 0
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body that is still to be read (as a real server's is)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self):
+        yield self.data
+
+
+def test_a_429_is_retried_once_on_each_other_live_url() -> None:
+    import asyncio
+
+    from twinserve.server.url_proxy import UrlProxy
+
+    def backend(status: int):
+        def handle(req: httpx.Request) -> httpx.Response:
+            calls.append((str(req.url.host), status))
+            return httpx.Response(status, headers={"content-type": "application/json"},
+                                  stream=_Body(json.dumps({"ok": status == 200}).encode()))
+        return handle
+
+    async def go(statuses: list[int]) -> tuple[int, object]:
+        proxy = UrlProxy([f"http://u{i}" for i in range(len(statuses))])
+        proxy.clients = [httpx.AsyncClient(base_url=u, transport=httpx.MockTransport(backend(s)))
+                         for u, s in zip(proxy.urls, statuses)]
+        k, got = await proxy.forward("/v1/completions", {"prompt": "hi", "max_tokens": 3}, {})
+        if k >= 0:
+            async for _ in proxy.relay(k, got):
+                pass
+            got = got.status_code
+        assert all(v.in_flight == 0 and v.tokens == 0 for v in proxy.routing.views)
+        await proxy.close()
+        return k, got
+
+    calls: list[tuple[str, int]] = []
+    assert asyncio.run(go([429, 429, 200])) == (2, 200)
+    assert calls[0] == ("u0", 429) and calls[-1] == ("u2", 200) and len(set(calls)) == len(calls)
+    calls.clear()
+    k, (status, why) = asyncio.run(go([429, 429]))
+    assert (k, status, len(calls)) == (-1, 503, 2)  # each URL tried once, then 503 with the last 429
+    assert why.startswith("http://u1 answered 429") and "every live URL" in str(why)
