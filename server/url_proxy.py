@@ -14,6 +14,8 @@ Contract:
   URL that gave it in the ``x-twinserve-upstream`` header.
 - ``/health``: 200 ``ok`` when every URL is up, 200 ``degraded`` (with the down URLs) when some
   are down, 503 when all are. ``/metrics``: the proxy's own per-URL gauges and counters.
+- `run_proxy` applies ``server.max_body_bytes`` (413) and ``server.api_key`` (401) as the engine
+  server does; the engine's own knobs (``queue_limit``, ``max_n``, ...) are the backends' business.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from twinserve.server.auth import ApiKeyAuth, api_key_of
+from twinserve.server.body_limit import BodyLimit
 from twinserve.server.scraped_gauges import scraped_gauges
 from twinserve.server.url_router import UrlRouter
 
@@ -254,7 +258,12 @@ def run_proxy(cfg: Any) -> None:
     sock.bind((cfg.host, cfg.port))
     url = f"http://{cfg.host}:{sock.getsockname()[1]}"
     print(f"twinserve: routing over {len(proxy.urls)} URLs with {cfg.router} at {url}", flush=True)
-    config = uvicorn.Config(build_proxy_app(proxy), log_level=cfg.log_level, lifespan="on", access_log=False,
+    app = build_proxy_app(proxy)
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
+    key = api_key_of(cfg.api_key)
+    if key is not None:  # the proxy's own key; the Authorization header is forwarded as well
+        app.add_middleware(ApiKeyAuth, key=key)
+    config = uvicorn.Config(app, log_level=cfg.log_level, lifespan="on", access_log=False,
                             timeout_graceful_shutdown=3)
     stops = (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.signal(s, _exit_on) for s in stops}  # uvicorn re-raises the signal it caught

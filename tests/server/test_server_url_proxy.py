@@ -26,12 +26,12 @@ def _free_port() -> int:
 class _Proxy:
     """``python -m twinserve.server.launch server.replica_urls=[...] router=NAME`` in a child."""
 
-    def __init__(self, urls: list[str], router: str = "round_robin") -> None:
+    def __init__(self, urls: list[str], router: str = "round_robin", *extra: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "twinserve.server.launch",
                                       f"server.replica_urls=[{','.join(urls)}]", f"router={router}",
-                                      f"server.port={self.port}"],
+                                      f"server.port={self.port}", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while True:
@@ -135,9 +135,10 @@ def test_a_killed_backend_is_routed_around_then_all_down_is_503(two_servers: lis
     finally:
         assert p.stop() == 0
     dead = [f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"]
-    p = _Proxy(dead)
+    p = _Proxy(dead, "round_robin", "server.api_key=sekret")
     try:
-        r = httpx.post(f"{p.url}/v1/completions", json=body, timeout=60)
+        assert httpx.post(f"{p.url}/v1/completions", json=body, timeout=60).status_code == 401  # the proxy's key
+        r = httpx.post(f"{p.url}/v1/completions", json=body, timeout=60, headers={"Authorization": "Bearer sekret"})
         assert r.status_code == 503
         msg = r.json()["error"]["message"]
         assert msg.startswith("no server left to send the request to") and all(u in msg for u in dead)
