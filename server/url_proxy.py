@@ -103,8 +103,9 @@ class UrlProxy:
             await asyncio.sleep(interval_s)
 
     async def forward(self, path: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
-        """Send ``body`` to a chosen URL. Returns ``(k, response)`` with the response's stream
-        open (the caller passes it on, then calls `finish`), or ``(-1, (status, message))``."""
+        """Send ``body`` to a chosen URL. Returns ``(k, response)`` with the response's body not
+        yet read (the caller passes it on through `relay`, which ends the request), or
+        ``(-1, (status, message))`` when no URL took it."""
         routing = self.routing
         self._rid += 1
         key, max_tokens = prompt_key(body), _max_tokens(body)
