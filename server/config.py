@@ -34,6 +34,8 @@ class ServerConfig:
       API server, and the `twinserve.policies.routing` router the tokenizer worker picks one with
       per request (``twinserve-serve`` takes them from the run config's ``replicas``, ``router``
       and ``router_kwargs``).
+    - ``replica_urls``: running servers to proxy to instead of starting an engine
+      (`url_proxy.UrlProxy`, routed with ``router`` / ``router_kwargs``); None: serve an engine.
     """
 
     host: str = "127.0.0.1"
@@ -55,6 +57,7 @@ class ServerConfig:
     replicas: int = 1
     router: str = "round_robin"
     router_kwargs: dict = field(default_factory=dict)
+    replica_urls: list | None = None
 
     def validate(self) -> None:
         if not (0 <= self.port < 65536):
@@ -74,5 +77,8 @@ class ServerConfig:
             raise ValueError(f"server.retry_after_s must be >= 0, got {self.retry_after_s}")
         if self.replicas < 1:
             raise ValueError(f"server.replicas must be >= 1, got {self.replicas}")
+        if self.replica_urls is not None and (not isinstance(self.replica_urls, list) or not self.replica_urls):
+            raise ValueError(f"server.replica_urls must be a non-empty list of server URLs, e.g. "
+                             f"server.replica_urls=[http://h1:8000,http://h2:8000], got {self.replica_urls}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("server.api_key must not be empty (null: no key)")

@@ -81,9 +81,9 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     base.update(replicas=int(cfg.get("replicas", 1) or 1), router=str(cfg.get("router") or "round_robin"),
                 router_kwargs=dict(cfg.get("router_kwargs") or {}))
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
-    if base.pop("replica_urls", None):
-        raise UserError("server.replica_urls is read by backend=server replays (twinserve-run); "
-                        "twinserve-serve starts its own replicas: replicas=N router=NAME", "server.replica_urls")
+    if base.get("replica_urls") is not None:
+        base["replica_urls"] = [str(u).rstrip("/") for u in base["replica_urls"]] \
+            if isinstance(base["replica_urls"], list) else base["replica_urls"]
     unknown = set(base) - known
     if unknown:
         raise UserError(f"unknown server keys {sorted(unknown)}; known: {sorted(known)}", "server")
@@ -121,12 +121,18 @@ def check_served(cfg: Mapping[str, Any]) -> None:
 
 
 def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
-    """Compose the tree with ``overrides``; returns (EngineConfig, ServerConfig)."""
+    """Compose the tree with ``overrides``; returns (EngineConfig, ServerConfig). With
+    ``server.replica_urls`` the server proxies to those URLs: the EngineConfig is None and no
+    model is needed."""
     from hydra import compose, initialize_config_dir
 
     hydra_ov, server_ov = split_overrides(overrides)
     check_group_options(hydra_ov, conf_dir())
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
         cfg = _plain(compose(config_name="config", overrides=hydra_ov))
+    server_cfg = server_config_from(cfg, server_ov)
+    if server_cfg.replica_urls is not None:
+        check_names({**cfg, "replicas": 2}, SERVED_NAMES[-1:])  # the proxy always builds its router
+        return None, server_cfg
     check_served(cfg)
-    return engine_config_from(cfg), server_config_from(cfg, server_ov)
+    return engine_config_from(cfg), server_cfg

@@ -151,6 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     plain_warnings()
     engine_cfg, server_cfg = report_user_errors("twinserve-serve", debug,
                                                 lambda: compose_server_config(overrides))
+    if server_cfg.replica_urls is not None:
+        from twinserve.server.url_proxy import run_proxy
+
+        run_proxy(server_cfg)
+        return
     try:
         serve(engine_cfg, server_cfg)
     except SystemExit as e:

@@ -190,5 +190,10 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     _, sc = compose_server_config([lp, "replicas=2", "router=cache_aware", "+router_kwargs.load_weight=0.5"])
     assert (sc.replicas, sc.router, sc.router_kwargs) == (2, "cache_aware", {"load_weight": 0.5})
     assert compose_server_config([lp])[1].replicas == 1
-    with pytest.raises(UserError, match="backend=server replays"):  # routing over URLs is the bench client's
-        compose_server_config([lp, "server.replica_urls=[http://h:1]"])
+    # server.replica_urls: a proxy, no engine and no model needed
+    e, sc = compose_server_config(["server.replica_urls=[http://h:1/,http://h:2]", "router=prefix_affinity"])
+    assert (e, sc.replica_urls, sc.router) == (None, ["http://h:1", "http://h:2"], "prefix_affinity")
+    with pytest.raises(UserError, match="non-empty list"):
+        compose_server_config(["server.replica_urls=[]"])
+    with pytest.raises(UserError, match="router"):
+        compose_server_config(["server.replica_urls=[http://h:1]", "router=nope"])
