@@ -35,9 +35,11 @@ def _tpot(res: Any) -> float:
     return float(((r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1)).mean())
 
 
-@pytest.mark.parametrize("pipeline", [False, True])
-def test_two_replicas_on_one_device_take_twice_as_long_per_token(run_sim, pipeline: bool) -> None:
-    kw = dict(cost=_Fixed(), num_pages=64, page_size=16, pipeline=pipeline, router="round_robin")
+@pytest.mark.parametrize("loop", ["plain", "lagged", "pipelined"])
+def test_two_replicas_on_one_device_take_twice_as_long_per_token(run_sim, loop: str) -> None:
+    pipeline = loop == "pipelined"
+    kw = dict(cost=_Fixed(), num_pages=64, page_size=16, pipeline=pipeline,
+              lag_arrivals=loop == "lagged", router="round_robin")
     one = run_sim(_pair(), replicas=1, **kw)  # both requests batched: one step per token
     apart = run_sim(_pair(), replicas=2, **kw)
     shared = run_sim(_pair(), replicas=2, share_device=True, checked=True, **kw)
