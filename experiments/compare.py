@@ -230,13 +230,16 @@ def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[st
     (``scheduler.piecewise_max_tokens``, ``scheduler.token_graph_mode`` and
     ``scheduler.hybrid_decode_heavy`` from the engine config it recorded; an engine that
     recorded a cap but no mode had piecewise graphs only, one without the decode-heavy flag
-    sent decode-heavy steps of over 32 sequences to the pieces)."""
+    sent decode-heavy steps of over 32 sequences to the pieces), and ``backend.share_gpu=true``
+    when its replicas shared one GPU (``replicas_share_gpu``)."""
     out = []
     if len(steps):
         pages = int((steps["free_pages"] + steps["used_pages"] + steps["cached_pages"]).iloc[0])
         out.append(f"kv.num_pages={pages}")
     out.append(f"backend.pipeline={str(engine_overlapped(summary)).lower()}")
     ecfg = (summary.get("run") or {}).get("engine_config") or {}
+    if (summary.get("run") or {}).get("replicas_share_gpu"):
+        out.append("backend.share_gpu=true")
     if "piecewise_max_tokens" in ecfg:
         out.append(f"scheduler.piecewise_max_tokens={int(ecfg['piecewise_max_tokens'])}")
         out.append(f"scheduler.token_graph_mode={ecfg.get('token_graph_mode', 'piecewise')}")

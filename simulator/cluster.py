@@ -20,6 +20,7 @@ from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
 from twinserve.simulator.replica import Replica, ReplicaSetup
 from twinserve.simulator.replicas import make_replica
+from twinserve.simulator.shared_device import SharedDevice
 from twinserve.simulator.requests_log import RequestLog
 from twinserve.simulator.steps_log import StepLog
 from twinserve.simulator.timing import SimEnvironment
@@ -46,7 +47,9 @@ class SimConfig:
     (`LaggedReplica`). ``loop`` names the replica loop these select (`REPLICA_LOOPS`).
     ``host_speed`` (pipelined loop only): a `HostSpeed` slowing every replica's host parts over
     time (a diagnostic replay of a recorded run's host). ``plan``: how the simulated engine runs
-    its steps (`GraphPlan`), for the step features the cost model prices.
+    its steps (`GraphPlan`), for the step features the cost model prices. ``share_device``: all
+    replicas run on one GPU and one host thread (`SharedDevice`), their steps taking turns, as
+    ``backend=engine`` runs replicas that share a GPU; fast-forward is then off.
     """
 
     replicas: int = 1
@@ -63,6 +66,7 @@ class SimConfig:
     lag_arrivals: bool = False
     host_speed: Any = None
     plan: GraphPlan = DEFAULT_PLAN
+    share_device: bool = False
 
     @property
     def loop(self) -> str:
@@ -136,13 +140,15 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
 
     arrivals = ArrivalProcess(env, workload, deliver)  # created first: it runs first at t=0
     quant = cost.noise_quantiles() if cfg.noise else None
+    shared = SharedDevice.on(env) if cfg.share_device else None
+    fast_forward = cfg.fast_forward and shared is None
     for i, s in enumerate(scheds):
         noise = None
         if quant is not None:
             seed = int(np.random.SeedSequence([cfg.seed, NOISE_STREAM, i]).generate_state(1)[0])
             noise = StepNoise(quant[0], quant[1], seed)
         setup = ReplicaSetup(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
-                             cfg.check_invariants, cfg.fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan)
+                             cfg.check_invariants, fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan, shared)
         replicas.append(make_replica(cfg.loop, setup))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0

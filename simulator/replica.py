@@ -17,6 +17,7 @@ from twinserve.core.scheduler import Scheduler
 from twinserve.simulator.cost.base import CostModel
 from twinserve.simulator.cost.noise import StepNoise
 from twinserve.simulator.host_speed import HostSpeed
+from twinserve.simulator.shared_device import SharedDevice
 from twinserve.simulator.steps_log import StepLog
 from twinserve.simulator.timing import SimEnvironment
 
@@ -55,7 +56,8 @@ class ReplicaSetup:
     scheduler and the shared cost model, the step log, ``on_finish(reqs, index)`` for released
     requests, ``next_arrival()`` (the time of the next request not yet delivered), its noise
     stream, the loop knobs of `SimConfig` (each mode reads the ones it documents) and the
-    simulated engine's `GraphPlan`, which its step features follow."""
+    simulated engine's `GraphPlan`, which its step features follow. ``shared``: the
+    `SharedDevice` it takes turns on with the other replicas, or None for a GPU of its own."""
 
     env: SimEnvironment
     index: int
@@ -70,6 +72,7 @@ class ReplicaSetup:
     max_stretch: int
     host_speed: HostSpeed | None
     plan: GraphPlan
+    shared: SharedDevice | None = None
 
 
 class Replica(ABC):
@@ -89,6 +92,8 @@ class Replica(ABC):
         self.env, self.index, self.sched, self.cost = setup.env, setup.index, setup.sched, setup.cost
         self.steps, self.noise, self.check, self.plan = setup.steps, setup.noise, setup.check, setup.plan
         self._on_finish, self._next_arrival = setup.on_finish, setup.next_arrival
+        self.shared = setup.shared
+        self._turn = None  # the held request on ``shared.host`` during an iteration
         self._wake: Event | None = None
         self.busy_s = 0.0
         self.process = setup.env.process(self._run())
@@ -121,6 +126,18 @@ class Replica(ABC):
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
+
+    def _take_turn(self) -> Generator:
+        """On a shared device, wait for the host thread and hold it; nothing otherwise."""
+        if self.shared is not None:
+            self._turn = self.shared.host.request()
+            yield self._turn
+
+    def _end_turn(self) -> None:
+        """Give the shared host thread back (a no-op when not holding it)."""
+        if self._turn is not None:
+            self.shared.host.release(self._turn)
+            self._turn = None
 
     def _complete(self, batch: Batch, rec: StepRecord, wall: float) -> None:
         """After a step's wall time: deliver its tokens, log its record, hand on finished ones."""

@@ -35,7 +35,12 @@ class PipelinedReplica(Replica):
     arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
     an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
     and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
-    work for the first step it launches. No fast-forward here (a batch is always in flight)."""
+    work for the first step it launches. No fast-forward here (a batch is always in flight).
+
+    On a `SharedDevice` an iteration, from ``schedule`` to the start of the next one, holds the
+    shared host thread, and a step starts on the device no earlier than the end of the last
+    step any replica launched there (``dev_start[k] >= shared.dev_end``), as engines stepped
+    in turn by one thread on one GPU."""
 
     mode = "pipelined"
 
@@ -50,9 +55,11 @@ class PipelinedReplica(Replica):
         wake = cost.wake_parts()
         woke_launch = 0.0  # extra launch work of the first step after a long idle wait
         while True:
+            yield from self._take_turn()
             t = env.now
             batch = sched.schedule(t)
             if batch is None and prev is None:
+                self._end_turn()
                 idle_from = env.now
                 yield from self._wait_for_work()
                 if wake.delay > 0.0:
@@ -74,12 +81,14 @@ class PipelinedReplica(Replica):
                 rec = sched.record(batch, self.plan, t + hp.sched, gpu,
                                    cpu_s=hp.sched + hp.pre + hp.launch + hp.complete, replica=self.index)
                 mark = t + hp.sched if prev is None else max(t + hp.sched, prev[2])
-                d0 = max(dev_end, mark)
+                d0 = max(dev_end, mark) if self.shared is None else max(dev_end, mark, self.shared.dev_end)
                 t_host = (max(mark + hp.pre, dev_end) if hp.sync else mark + hp.pre) + hp.launch
                 # a graph starts once enqueued (post before its launch ends); eager kernels run
                 # as launched, ending >= tail after the launch
                 ready = max(t_host - hp.post, mark) + gpu if hp.graph else t_host + hp.tail
                 dev_end = max(d0 + gpu, ready)
+                if self.shared is not None:
+                    self.shared.ran_until(dev_end)
                 rec.duration = dev_end - d0  # the device span, as the engine's events measure it
                 launched = (batch, rec, d0, dev_end, hp.complete)
                 loop = hp.loop
@@ -95,6 +104,7 @@ class PipelinedReplica(Replica):
             nxt = t_host + loop
             if nxt > env.now:
                 yield env.timeout(nxt - env.now)
+            self._end_turn()
 
     def _host_parts(self, f: BatchFeatures, t: float) -> Any:
         hp = self.cost.host_parts(f)

@@ -25,6 +25,9 @@ class PlainReplica(Replica):
     With ``fast_forward`` (`FastForward`), right after each ``complete()`` a stretch of
     identical decode-only steps that start before the next arrival is applied in one event and
     the replica sleeps until its last step ends; the tables are the same bit for bit.
+
+    On a `SharedDevice` each step, from its schedule to its completion, holds the shared host
+    thread (so the replicas' steps serialize); fast-forward is then off (`simulate`).
     """
 
     mode = "plain"
@@ -45,8 +48,10 @@ class PlainReplica(Replica):
     def _run(self) -> Generator:
         env, sched = self.env, self.sched
         while True:
+            yield from self._take_turn()
             batch = self._schedule()
             if batch is None:
+                self._end_turn()
                 yield from self._wait_for_work()
                 continue
             self._started(env.now)
@@ -54,6 +59,7 @@ class PlainReplica(Replica):
             rec = sched.record(batch, self.plan, env.now, gpu, cpu_s=cpu, replica=self.index)
             yield env.timeout(wall)
             self._complete(batch, rec, wall)
+            self._end_turn()
             if self._ff is not None:
                 now = env.now
                 run = self._stretch(self._ff, now)

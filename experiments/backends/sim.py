@@ -49,7 +49,7 @@ class SimBackend(Backend):
             host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
             or _host_episodes(b.get("host_episodes", "auto"), choice.model, bool(b.get("pipeline", False)),
                               workload, int(cfg.get("seed", 0))),
-            plan=plan)
+            plan=plan, share_device=bool(b.get("share_gpu", False)))
         make = scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants)
         res = simulate(workload, make, choice.model, sim_cfg)
         steps = res.steps
@@ -65,7 +65,8 @@ class SimBackend(Backend):
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
                 "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,
-                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"), **stats,
+                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"),
+                "replicas_share_gpu": sim_cfg.share_device, **stats,
                 **spec_meta}
         return BackendResult(res.requests, steps, res.rejected, meta, timing)
 
