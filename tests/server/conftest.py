@@ -49,3 +49,14 @@ def server(tiny_model: str):
         code = h.stop()
         assert code == 0, h.log()
         assert not os.path.exists(h.ipc_dir)
+
+
+@pytest.fixture(scope="module")
+def two_servers(tiny_model: str):
+    """The URLs of two tiny servers (one module's worth of tests)."""
+    from twinserve.server.launch import start_server
+
+    hs = [start_server(engine_config(tiny_model), request_timeout_s=60.0, env=SERVER_ENV) for _ in range(2)]
+    yield [h.url for h in hs]
+    for h in hs:
+        assert h.stop() == 0, h.log()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 
 MODEL_NAME = "tiny-llama"  # the served model's name in the tests' servers
@@ -15,3 +17,10 @@ def metric(url: str, name: str, **labels: str) -> float:
         if ln.startswith(f"{name}{{") and ln.split("}")[0][len(name) + 1:] == want:
             return float(ln.rsplit(" ", 1)[1])
     return 0.0
+
+
+def free_port() -> int:
+    """A local TCP port that was free a moment ago (nothing listens there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

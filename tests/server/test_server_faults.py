@@ -23,6 +23,8 @@ import httpx
 import openai
 import pytest
 
+from helpers_server import free_port
+
 
 def _engine_config(model: str, **kw):
     from twinserve.engine.engine import EngineConfig
@@ -118,16 +120,8 @@ def test_sigterm_stops_every_process_and_removes_ipc(small_server) -> None:
     assert not os.path.exists(info["ipc_dir"])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_server_engine_death_then_sigterm(tiny_model: str) -> None:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-c", "from twinserve.server.launch import main; main()",
            f"model.path={tiny_model}", f"server.port={port}", "scheduler=lpm", "cache=radix",
            "backend.device=cpu", "model.max_model_len=256", "backend.cpu_kv_tokens=8192",

@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from helpers_server import free_port
 
 
 def test_twinserve_serve_answers_a_chat_in_english(real_model_dir, tmp_path):
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "serve.log", "wb")
     cmd = [sys.executable, "-m", "twinserve.server.launch", f"model.path={real_model_dir}",
            "backend.device=cpu", "backend.cpu_kv_tokens=4096", "model.max_model_len=2048",

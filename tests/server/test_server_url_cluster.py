@@ -5,30 +5,17 @@ naming them."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from conftest import SERVER_ENV, engine_config
+from helpers_server import free_port
 from twinserve.core.errors import UserError
 from twinserve.core.workload import RequestSpec, Workload
 from twinserve.server.bench_client import BenchConfig, bench_workload, run_bench
 
 
 def _dead_url() -> str:
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
-@pytest.fixture(scope="module")
-def two_servers(tiny_model: str):
-    from twinserve.server.launch import start_server
-
-    hs = [start_server(engine_config(tiny_model), request_timeout_s=60.0, env=SERVER_ENV) for _ in range(2)]
-    yield [h.url for h in hs]
-    for h in hs:
-        assert h.stop() == 0, h.log()
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def _two_prefixes(n: int = 12) -> Workload:

@@ -6,7 +6,6 @@ two real tiny twinserve servers: a chat request and a streamed completion pass t
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -15,19 +14,14 @@ import httpx
 import pytest
 
 from conftest import SERVER_ENV, engine_config
-
-
-def _free_port() -> int:
-    with socket.socket() as s:  # free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers_server import free_port
 
 
 class _Proxy:
     """``python -m twinserve.server.launch server.replica_urls=[...] router=NAME`` in a child."""
 
     def __init__(self, urls: list[str], router: str = "round_robin", *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "twinserve.server.launch",
                                       f"server.replica_urls=[{','.join(urls)}]", f"router={router}",
@@ -50,16 +44,6 @@ class _Proxy:
             self.proc.terminate()
             self.proc.wait(30)
         return int(self.proc.returncode)
-
-
-@pytest.fixture(scope="module")
-def two_servers(tiny_model: str):
-    from twinserve.server.launch import start_server
-
-    hs = [start_server(engine_config(tiny_model), request_timeout_s=60.0, env=SERVER_ENV) for _ in range(2)]
-    yield [h.url for h in hs]
-    for h in hs:
-        assert h.stop() == 0, h.log()
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -134,7 +118,7 @@ def test_a_killed_backend_is_routed_around_then_all_down_is_503(two_servers: lis
         assert h.status_code == 200 and h.json()["status"] == "degraded" and list(h.json()["down"]) == [victim.url]
     finally:
         assert p.stop() == 0
-    dead = [f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"]
+    dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     p = _Proxy(dead, "round_robin", "server.api_key=sekret")
     try:
         assert httpx.post(f"{p.url}/v1/completions", json=body, timeout=60).status_code == 401  # the proxy's key

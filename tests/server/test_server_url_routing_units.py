@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from typing import Any, AsyncIterator
 
 import numpy as np
 import pytest
 
+from helpers_server import free_port
 from twinserve.core.workload import RequestSpec
 from twinserve.server.bench_client import BenchConfig, _Replayer
 from twinserve.server.bench_transport import TRANSPORTS, ConnectError, HTTPStatusError
@@ -108,9 +108,7 @@ def test_views_count_what_was_sent_and_prefix_affinity_follows_it() -> None:
 def test_transports_raise_connect_error_where_nothing_listens(name: str) -> None:
     if name == "aiohttp":
         pytest.importorskip("aiohttp")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"
 
     async def go() -> list[str]:
         got = []
