@@ -2,7 +2,7 @@
 # and .fik carried): installs the wheels the
 # host lacks into /tmp/site, makes `import twinserve` resolve to this checkout, and puts the saved
 # FlashInfer kernels where FlashInfer looks for prebuilt ones. Usage: `. experiments/scripts/gpu_setup.sh LOG`
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   >> "$1" 2>&1 || { echo "wheel install failed" >> "$1"; exit 1; }
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/twinserve
 export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1
