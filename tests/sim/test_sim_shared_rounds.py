@@ -104,3 +104,13 @@ def test_the_host_wakes_once_for_all_idle_and_not_for_a_replica_joining_busy_rou
     # every replica idle: the host sleeps, then pays the wake-up before routing
     assert queue[4] == pytest.approx(wake)
 
+
+def test_shared_turns_counts_the_requests_that_missed_their_replicas_step(run_sim) -> None:
+    from twinserve.experiments.shared_turns import replica_turns
+
+    wl = _workload((0.0, 20), (0.0, 20), (0.035, 5), (0.045, 5))
+    res = run_sim(wl, **_kw())
+    t0, t1 = replica_turns(res.requests, res.steps)
+    assert (t0.requests, t0.missed, t1.requests, t1.missed) == (2, 0, 2, 1)
+    assert t1.queue_missed_ms == pytest.approx(25.0)  # rid 3: arrived at 45, scheduled at 70
+    assert t0.queue_ms == pytest.approx(2.5)  # rid 0 at once, rid 2 after 5 ms
