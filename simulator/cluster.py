@@ -48,8 +48,9 @@ class SimConfig:
     ``host_speed`` (pipelined loop only): a `HostSpeed` slowing every replica's host parts over
     time (a diagnostic replay of a recorded run's host). ``plan``: how the simulated engine runs
     its steps (`GraphPlan`), for the step features the cost model prices. ``share_device``: all
-    replicas run on one GPU and one host thread (`SharedDevice`), their steps taking turns, as
-    ``backend=engine`` runs replicas that share a GPU; fast-forward is then off.
+    replicas run on one GPU and one host thread (`SharedDevice`), their steps taking turns in
+    rounds and arrivals routed at each round's top, as ``backend=engine`` runs replicas that
+    share a GPU; fast-forward is then off.
     """
 
     replicas: int = 1
@@ -138,9 +139,10 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
         except ValueError as e:
             rejected.append((req.rid, str(e)))
 
-    arrivals = ArrivalProcess(env, workload, deliver)  # created first: it runs first at t=0
+    # on a shared device arrivals wait at the host's door, routed at a round's top
+    shared = SharedDevice(env, cfg.replicas) if cfg.share_device else None
+    arrivals = ArrivalProcess(env, workload, deliver if shared is None else shared.arrive)  # runs first at t=0
     quant = cost.noise_quantiles() if cfg.noise else None
-    shared = SharedDevice.on(env) if cfg.share_device else None
     fast_forward = cfg.fast_forward and shared is None
     for i, s in enumerate(scheds):
         noise = None
@@ -150,6 +152,8 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
         setup = ReplicaSetup(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
                              cfg.check_invariants, fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan, shared)
         replicas.append(make_replica(cfg.loop, setup))
+    if shared is not None:
+        env.process(shared.serve(deliver, replicas[0].wake_delay))
     _run(env, workload, arrivals, replicas, cfg.progress)
     leftover = 0
     for i, s in enumerate(scheds):

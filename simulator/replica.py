@@ -93,7 +93,7 @@ class Replica(ABC):
         self.steps, self.noise, self.check, self.plan = setup.steps, setup.noise, setup.check, setup.plan
         self._on_finish, self._next_arrival = setup.on_finish, setup.next_arrival
         self.shared = setup.shared
-        self._turn = None  # the held request on ``shared.host`` during an iteration
+        self._turn = False  # holding its turn on ``shared`` during an iteration
         self._wake: Event | None = None
         self.busy_s = 0.0
         self.process = setup.env.process(self._run())
@@ -127,17 +127,24 @@ class Replica(ABC):
         yield self._wake
         self._wake = None
 
+    @property
+    def wake_delay(self) -> float:
+        """The loop's delay from the arrival that ends an idle wait to its next iteration (0
+        here); on a `SharedDevice` the host pays it, once, when every replica was idle."""
+        return 0.0
+
     def _take_turn(self) -> Generator:
-        """On a shared device, wait for the host thread and hold it; nothing otherwise."""
+        """On a shared device, wait for this replica's turn in the host's round and hold it;
+        nothing otherwise."""
         if self.shared is not None:
-            self._turn = self.shared.host.request()
-            yield self._turn
+            yield self.shared.turn(self.index)
+            self._turn = True
 
     def _end_turn(self) -> None:
         """Give the shared host thread back (a no-op when not holding it)."""
-        if self._turn is not None:
-            self.shared.host.release(self._turn)
-            self._turn = None
+        if self._turn:
+            self.shared.end_turn(self.index)
+            self._turn = False
 
     def _complete(self, batch: Batch, rec: StepRecord, wall: float) -> None:
         """After a step's wall time: deliver its tokens, log its record, hand on finished ones."""

@@ -37,10 +37,11 @@ class PipelinedReplica(Replica):
     and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
     work for the first step it launches. No fast-forward here (a batch is always in flight).
 
-    On a `SharedDevice` an iteration, from ``schedule`` to the start of the next one, holds the
-    shared host thread, and a step starts on the device no earlier than the end of the last
-    step any replica launched there (``dev_start[k] >= shared.dev_end``), as engines stepped
-    in turn by one thread on one GPU."""
+    On a `SharedDevice` an iteration, from ``schedule`` to the start of the next one, is the
+    replica's turn in the host's round, and a step starts on the device no earlier than the end
+    of the last step any replica launched there (``dev_start[k] >= shared.dev_end``), as
+    engines stepped in turn by one thread on one GPU; the wake delay is then the host's, paid
+    when every replica was idle, not this replica's."""
 
     mode = "pipelined"
 
@@ -62,7 +63,7 @@ class PipelinedReplica(Replica):
                 self._end_turn()
                 idle_from = env.now
                 yield from self._wait_for_work()
-                if wake.delay > 0.0:
+                if wake.delay > 0.0 and self.shared is None:  # a shared host paid it (`SharedDevice`)
                     yield env.timeout(wake.delay)
                 woke_launch = wake.launch if env.now - idle_from > wake.idle_s else 0.0
                 continue
@@ -105,6 +106,10 @@ class PipelinedReplica(Replica):
             if nxt > env.now:
                 yield env.timeout(nxt - env.now)
             self._end_turn()
+
+    @property
+    def wake_delay(self) -> float:
+        return self.cost.wake_parts().delay
 
     def _host_parts(self, f: BatchFeatures, t: float) -> Any:
         hp = self.cost.host_parts(f)

@@ -26,8 +26,9 @@ class PlainReplica(Replica):
     identical decode-only steps that start before the next arrival is applied in one event and
     the replica sleeps until its last step ends; the tables are the same bit for bit.
 
-    On a `SharedDevice` each step, from its schedule to its completion, holds the shared host
-    thread (so the replicas' steps serialize); fast-forward is then off (`simulate`).
+    On a `SharedDevice` each step, from its schedule to its completion, is the replica's turn
+    in the host's round (so the replicas' steps serialize); fast-forward is then off
+    (`simulate`).
     """
 
     mode = "plain"

@@ -8,7 +8,8 @@ Order at one simulated instant (SimPy processes events by (time, priority, inser
 
 So a step that starts at time t sees every request that arrived at or before t, and the router
 sees each replica as it was before its steps ending at t completed. Replicas never read each
-other's state, so the order among replicas at one instant changes nothing.
+other's state, so the order among replicas at one instant changes nothing. On a `SharedDevice`
+an arrival only reaches the host's door; the host routes it at its next round's top.
 """
 
 from __future__ import annotations
