@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from twinserve.core.errors import UserError
 from twinserve.core.graph_plan import TOKEN_GRAPH_MODES
 from twinserve.simulator.cost import Provenance
 from twinserve.calibration import fit_calibration
@@ -144,6 +145,14 @@ def select_rows(steps: pd.DataFrame, query: str) -> pd.DataFrame:
     return kept.reset_index(drop=True)
 
 
+def require_steps(steps: pd.DataFrame) -> None:
+    """UserError unless ``steps`` holds step records (a profile cut short before its first case
+    has none)."""
+    if not len(steps) or "duration" not in steps:
+        raise UserError("no step records to fit: the profile ran no case (raise --budget-s) or "
+                        "--from-steps names an empty table")
+
+
 def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: str, overlap: bool,
                     command: str, notes: dict[str, Any] | None = None, seed: int = 0,
                     dense: str = "hinge", decode_scales: bool = True, workload_out: bool = False) -> Calibration:
@@ -154,6 +163,7 @@ def calibrate_steps(steps: pd.DataFrame, gpu: str, model: str, tp: int, dtype: s
     fit without it (`workload_out_errors`; one more fit per workload). On ``gpu`` "cpu" (the CPU
     engine's records) steps whose thread was descheduled are left out of the device fits
     (`calibration.fit.descheduled_steps`; their count is in the notes as ``descheduled``)."""
+    require_steps(steps)
     steps = steps[steps["duration"] > 0].reset_index(drop=True)
     host_device = gpu == "cpu"
     prov = Provenance(gpu=gpu, model=model, tp=int(tp), engine_version=engine_version(), dtype=dtype,
@@ -252,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
         ap.error("--rows needs --from-steps")
     if args.from_steps:
         steps = pd.read_parquet(args.from_steps)
+        require_steps(steps)
         if args.rows:
             steps = select_rows(steps, args.rows)
         if args.token_graph_mode:
@@ -272,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
 
         res, model = profile_from_args(args)
         steps, info = res.steps, dict(res.info)
+        require_steps(steps)
         gpu = args.gpu or gpu_key(str(info.get("gpu_name", "cpu")))
         dtype = str(info.get("dtype", "unknown"))
         overlap = bool(info.get("overlap")) if args.overlap == "auto" else args.overlap == "on"
@@ -291,5 +303,14 @@ def main(argv: Sequence[str] | None = None) -> Calibration:
     return cal
 
 
+def cli() -> None:
+    """``python -m twinserve.experiments.calibrate``: `main` with user errors as one line, exit 2."""
+    from twinserve.core.cli_errors import report_user_errors, take_debug_flag
+
+    argv = sys.argv[1:]
+    debug = take_debug_flag(argv)
+    report_user_errors("calibrate", debug, lambda: main(argv))
+
+
 if __name__ == "__main__":
-    main()
+    cli()
