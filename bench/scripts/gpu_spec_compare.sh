@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Simulator against engine with speculation, on the GPU host (repository root; after
+# gpu_setup.sh). Calibrates the checkpoint, then runs the compare command on code_edit and
+# questions at each rate with spec.method=ngram, k=4 (the simulator takes the engine's measured
+# acceptance, `compare`):
+#   bench/scripts/gpu_spec_compare.sh OUTDIR MODEL_DIR
+# RATES (default "4 16" req/s), REQUESTS (128), CAL_BUDGET (90 s of profiling). OUTDIR gets
+# cal/h200_<model>_tp1.json, cal.log, one cmp_<workload>_<rate>.md per run and spec_cmp.tgz
+# (the engine and simulator run folders, the profile steps).
+set -u
+OUT_DIR=${1:?usage: gpu_spec_compare.sh OUTDIR MODEL_DIR}; MODEL=${2:?model dir}
+NAME=$(basename "$MODEL"); WORK=runs/spec_cmp
+mkdir -p "$OUT_DIR/cal" "$WORK"
+timeout $((${CAL_BUDGET:-90} + 120)) python3 -m twinserve.experiments.calibrate --model "$MODEL" --device cuda \
+  --budget-s "${CAL_BUDGET:-90}" --gpu h200 --steps-out "$WORK/profile_steps.parquet" \
+  --out "$OUT_DIR/cal/h200_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1
+tail -4 "$OUT_DIR/cal.log"
+for w in code_edit questions; do
+  for r in ${RATES:-4 16}; do
+    timeout 150 python3 -m twinserve.experiments.compare --out "$WORK/${w}_$r" model.path="$MODEL" hardware=h200 \
+      workload=$w workload.rate=$r workload.num_requests=${REQUESTS:-128} spec.method=ngram spec.num_tokens=4 \
+      "cost_model.calibration_dirs=[$PWD/$OUT_DIR/cal]" $([ $w = code_edit ] && echo workload.max_output=256) \
+      > "$WORK/${w}_$r.log" 2>&1
+    cp "$WORK/${w}_$r/compare.md" "$OUT_DIR/cmp_${w}_$r.md" 2>/dev/null || tail -3 "$WORK/${w}_$r.log"
+    grep -E "TTFT mean|TPOT mean|output throughput" "$OUT_DIR/cmp_${w}_$r.md" 2>/dev/null | sed "s/^/$w $r /"
+  done
+done
+find "$WORK" -type d -name model -prune -exec rm -rf {} + 2>/dev/null
+tar czf "$OUT_DIR/spec_cmp.tgz" "$WORK"
