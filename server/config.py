@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S
+
 MAX_N_LIMIT = 128  # the largest server.max_n
 
 
@@ -61,8 +63,8 @@ class ServerConfig:
     router: str = "round_robin"
     router_kwargs: dict = field(default_factory=dict)
     replica_urls: list | None = None
-    replica_probe_s: float = 1.0
-    replica_probe_max_s: float = 10.0
+    replica_probe_s: float = PROBE_FIRST_S
+    replica_probe_max_s: float = PROBE_MAX_S
 
     def validate(self) -> None:
         if not (0 <= self.port < 65536):

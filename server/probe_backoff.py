@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+PROBE_FIRST_S = 1.0  # the first probe of a URL that went down, this long after
+PROBE_MAX_S = 10.0  # the longest wait between two probes
+
 
 @dataclass(slots=True)
 class ProbeBackoff:
@@ -15,8 +18,8 @@ class ProbeBackoff:
     Invariant: while probing, ``first_s <= wait <= max_s``; ``next_at`` is infinite when not probing.
     """
 
-    first_s: float = 1.0
-    max_s: float = 10.0
+    first_s: float = PROBE_FIRST_S
+    max_s: float = PROBE_MAX_S
     wait: float = 0.0
     next_at: float = math.inf
 

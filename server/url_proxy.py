@@ -11,10 +11,11 @@ Contract:
   the request goes to another URL. A down URL's ``/health`` is probed after
   ``server.replica_probe_s`` and then after twice the previous wait each time it fails (refused,
   timed out, or not 200), up to ``server.replica_probe_max_s``; once it answers 200 the URL is
-  back in rotation (with an empty prefix index: a server that restarted has lost its cache). A 429 is retried once on each other live
-  URL. When no URL is left the answer is 503 with `UrlRouter.none_left` (or the last 429 when every
-  live URL answered 429). Any other answer, error or not, is passed through as it came, with the
-  URL that gave it in the ``x-twinserve-upstream`` header.
+  back in rotation (with an empty prefix index: a server that restarted has lost its cache).
+  A 429 is retried once on each other live URL. When no URL is left the answer is 503 with
+  `UrlRouter.none_left` (or the last 429 when every live URL answered 429). Any other answer,
+  error or not, is passed through as it came, with the URL that gave it in the
+  ``x-twinserve-upstream`` header.
 - ``/health``: 200 ``ok`` when every URL is up, 200 ``degraded`` (with the down URLs) when some
   are down, 503 when all are. ``/metrics``: the proxy's own per-URL gauges and counters.
 - `run_proxy` applies ``server.max_body_bytes`` (413) and ``server.api_key`` (401) as the engine
@@ -37,6 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from twinserve.server.auth import ApiKeyAuth, api_key_of
 from twinserve.server.body_limit import BodyLimit
+from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S
 from twinserve.server.scraped_gauges import scraped_gauges
 from twinserve.server.url_router import UrlRouter
 
@@ -73,7 +75,8 @@ class UrlProxy:
     """
 
     def __init__(self, urls: Sequence[str], name: str = "round_robin", kwargs: Mapping[str, Any] | None = None,
-                 timeout_s: float = 3600.0, probe_first_s: float = 1.0, probe_max_s: float = 10.0) -> None:
+                 timeout_s: float = 3600.0, probe_first_s: float = PROBE_FIRST_S,
+                 probe_max_s: float = PROBE_MAX_S) -> None:
         self.urls = [str(u).rstrip("/") for u in urls]
         self.routing = UrlRouter(self.urls, name, kwargs, probe_first_s=probe_first_s, probe_max_s=probe_max_s)
         self.timeout_s = timeout_s

@@ -12,7 +12,7 @@ import numpy as np
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.policies import ROUTING
-from twinserve.server.probe_backoff import ProbeBackoff
+from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S, ProbeBackoff
 from twinserve.server.routed_prefixes import RoutedPrefixes
 
 URL_PAGE_SIZE = 16  # the prefix index's granularity (the servers' page size is not known here)
@@ -69,7 +69,7 @@ class UrlRouter:
 
     def __init__(self, urls: Sequence[str], name: str = "round_robin", kwargs: Mapping[str, Any] | None = None,
                  page_size: int = URL_PAGE_SIZE, capacity_pages: int = URL_INDEX_PAGES,
-                 probe_first_s: float = 1.0, probe_max_s: float = 10.0) -> None:
+                 probe_first_s: float = PROBE_FIRST_S, probe_max_s: float = PROBE_MAX_S) -> None:
         if not urls:
             raise ValueError("UrlRouter needs at least one URL")
         self.urls = list(urls)
