@@ -260,8 +260,8 @@ class EngineStats:
 @message(25)
 @dataclass(slots=True)
 class TextDelta:
-    """Detokenizer -> API server: the new text (stop strings removed) and token ids of one
-    request. ``logprobs``: per token id ``[text, logprob, [[text, logprob], ...]]`` (requests
+    """The new text (stop strings removed) and token ids of one request from one step: a row of
+    `DetokOutputs` (detokenizer -> API server), the unit the API server's streams consume. ``logprobs``: per token id ``[text, logprob, [[text, logprob], ...]]`` (requests
     that asked); ``prompt_text`` / ``prompt_logprobs`` (``echo``, on the first delta only): the
     prompt and, when asked, the same entries for its tokens (None for the first)."""
 
