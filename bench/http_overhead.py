@@ -23,7 +23,8 @@ the engine's clock); the HTTP side is `bench_client.bench_workload` against `lau
 ``max_tokens = output_len``. The HTTP side also reports the CPU time each server process and the
 client spend per output token (``http_cpu_us_per_token``; Linux): the engine worker's figure next
 to the in-process engine's shows what the server adds inside the engine's own loop, the others
-what must run on spare cores. On CPU the server's four processes and the client share the cores
+what must run on spare cores. ``--py-spy DIR`` samples each server process during the measured
+HTTP runs (`bench.py_spy`). On CPU the server's four processes and the client share the cores
 with the engine, so CPU numbers overstate what a GPU host (where the engine waits on the device)
 would see.
 """
@@ -31,6 +32,7 @@ would see.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -116,11 +118,13 @@ def _cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def run_http(engine_cfg: Any, sc: Scenario) -> dict[str, Any]:
+def run_http(engine_cfg: Any, sc: Scenario, py_spy_dir: str | None = None, tag: str = "") -> dict[str, Any]:
     """The server path; the summary gets ``cpu_us_per_token``: CPU time of each server process
-    and of this client per output token during the measured run."""
+    and of this client per output token during the measured run. With ``py_spy_dir`` each
+    server process is sampled by py-spy during that run (`bench.py_spy`; files ``{tag}-{process}.txt``)."""
     import httpx
 
+    from twinserve.bench.py_spy import py_spy_record
     from twinserve.server.bench_client import BenchConfig, bench_workload
     from twinserve.server.launch import start_server
 
@@ -129,11 +133,13 @@ def run_http(engine_cfg: Any, sc: Scenario) -> dict[str, Any]:
         cfg = BenchConfig(base_url=h.url)
         bench_workload(cfg, build_workload(_warmup(sc), vocab))
         pids = httpx.get(f"{h.url}/debug/engine", timeout=10).json()["pids"]
-        before = {k: _cpu_s(p) for k, p in pids.items()}
-        me = time.process_time()
-        res = bench_workload(cfg, build_workload(sc, vocab))
-        cpu = {k: _cpu_s(p) - before[k] for k, p in pids.items()}
-        cpu["client"] = time.process_time() - me
+        spy = py_spy_record(pids, py_spy_dir, tag or sc.name) if py_spy_dir else contextlib.nullcontext()
+        with spy:
+            before = {k: _cpu_s(p) for k, p in pids.items()}
+            me = time.process_time()
+            res = bench_workload(cfg, build_workload(sc, vocab))
+            cpu = {k: _cpu_s(p) - before[k] for k, p in pids.items()}
+            cpu["client"] = time.process_time() - me
     if res.errors:
         raise RuntimeError(f"{len(res.errors)} HTTP requests failed, first: {res.errors[0]}")
     ntok = max(1, int(res.summary["total_output_tokens"]))
@@ -195,8 +201,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--threads", type=int, default=None,
                     help="OMP_NUM_THREADS for every process (CPU: 1 avoids thread oversubscription)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--py-spy", default=None, metavar="DIR",
+                    help="sample every server process with py-spy during each measured HTTP run "
+                         "(pip install py-spy); collapsed stacks to DIR/{scenario}{run}-{process}.txt")
     a = ap.parse_args(argv)
 
+    if a.py_spy:
+        from twinserve.bench.py_spy import py_spy_binary
+        from twinserve.core.errors import UserError
+
+        try:
+            py_spy_binary()
+        except UserError as e:
+            raise SystemExit(f"twinserve-bench http-overhead: {e}") from None
     if a.threads:
         os.environ["OMP_NUM_THREADS"] = str(a.threads)
     from twinserve.engine.config import EngineConfig
@@ -221,7 +238,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for i in range(a.repeats):
             order = ("inprocess", "http") if i % 2 == 0 else ("http", "inprocess")
             for path in order:
-                runs[path].append((run_inprocess if path == "inprocess" else run_http)(ecfg, sc))
+                runs[path].append(run_inprocess(ecfg, sc) if path == "inprocess"
+                                  else run_http(ecfg, sc, a.py_spy, f"{name}{i}"))
         inproc, http = median_summary(runs["inprocess"]), median_summary(runs["http"])
         cpu = {k: float(sum(r["cpu_us_per_token"][k] for r in runs["http"]) / len(runs["http"]))
                for k in runs["http"][0]["cpu_us_per_token"]}

@@ -113,15 +113,15 @@ async def _admit(st: AppState, request: Request, build: Callable[[int], Tokenize
     return stream
 
 
-async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_usage: bool) -> AsyncIterator[str]:
+async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_usage: bool) -> AsyncIterator[bytes]:
     for chunk in fmt.start(len(streams)):
         yield sse_data(chunk)
     try:
         async for i, batch in merged_batches([st.client.delta_batches(s) for s in streams]):
             # one SSE event per delta (clients time tokens by events), one write per batch
-            text = "".join(sse_data(c) for c in (fmt.delta(d, i) for d in batch) if c is not None)
-            if text:
-                yield text
+            data = b"".join(e for e in (fmt.event(d, i) for d in batch) if e is not None)
+            if data:
+                yield data
     except APIError as e:
         yield sse_data(e.body)
         yield SSE_DONE

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S
+
 MAX_N_LIMIT = 128  # the largest server.max_n
 
 
@@ -36,6 +38,9 @@ class ServerConfig:
       and ``router_kwargs``).
     - ``replica_urls``: running servers to proxy to instead of starting an engine
       (`url_proxy.UrlProxy`, routed with ``router`` / ``router_kwargs``); None: serve an engine.
+    - ``replica_probe_s`` / ``replica_probe_max_s``: a replica URL that stopped answering has its
+      ``/health`` probed after ``replica_probe_s``, then after twice the previous wait each time
+      the probe fails, at most ``replica_probe_max_s``; it is back in rotation once it answers 200.
     """
 
     host: str = "127.0.0.1"
@@ -58,6 +63,8 @@ class ServerConfig:
     router: str = "round_robin"
     router_kwargs: dict = field(default_factory=dict)
     replica_urls: list | None = None
+    replica_probe_s: float = PROBE_FIRST_S
+    replica_probe_max_s: float = PROBE_MAX_S
 
     def validate(self) -> None:
         if not (0 <= self.port < 65536):
@@ -80,5 +87,8 @@ class ServerConfig:
         if self.replica_urls is not None and (not isinstance(self.replica_urls, list) or not self.replica_urls):
             raise ValueError(f"server.replica_urls must be a non-empty list of server URLs, e.g. "
                              f"server.replica_urls=[http://h1:8000,http://h2:8000], got {self.replica_urls}")
+        if not (0 < self.replica_probe_s <= self.replica_probe_max_s):
+            raise ValueError(f"server.replica_probe_s must be > 0 and <= server.replica_probe_max_s "
+                             f"({self.replica_probe_max_s}), got {self.replica_probe_s}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("server.api_key must not be empty (null: no key)")

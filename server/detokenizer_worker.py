@@ -163,7 +163,7 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
                         for sock in to_engines:
                             send(sock, AbortRequest(rid, "stop"))
                     if deltas:
-                        send(to_api, DetokOutputs(deltas, msg.t))
+                        send(to_api, DetokOutputs.of(deltas, msg.t))
                 elif isinstance(msg, Accepted):
                     detok.accept(msg)
                     send(to_api, msg)

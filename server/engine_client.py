@@ -211,7 +211,7 @@ class EngineClient:
         now = time.perf_counter()
         if isinstance(msg, DetokOutputs):
             ntok = 0
-            for d in msg.deltas:
+            for d in msg.items():
                 ntok += len(d.token_ids) if d.rid in self.live else 0
                 self._on_delta(d, now)
             self.metrics.generation_tokens.inc(ntok)

@@ -1,7 +1,10 @@
 """Response bodies of each generation endpoint, streamed and not (OpenAI wire shapes).
 
 Every format serves a request's ``n`` choices: ``delta(d, index)`` renders one choice's delta as
-one chunk, ``full(choices, usage)`` the whole answer (`openai_fields.Choice` per output).
+one chunk, ``event(d, index)`` the same chunk as a server-sent event (bytes, None when there is
+no chunk), ``full(choices, usage)`` the whole answer (`openai_fields.Choice` per output). The
+text formats frame a plain text delta (no log-probabilities, no echoed prompt) from byte
+templates (`sse_frames.TextFrames`); every other delta is serialized as its chunk.
 """
 
 from __future__ import annotations
@@ -12,6 +15,12 @@ from typing import Any
 
 from twinserve.server.messages import TextDelta
 from twinserve.server.openai_fields import Choice, CompletionLogprobs, chat_logprobs
+from twinserve.server.sse import sse_data
+from twinserve.server.sse_frames import TextFrames, base_members
+
+
+def _event(chunk: dict[str, Any] | None) -> bytes | None:
+    return None if chunk is None else sse_data(chunk)
 
 
 @dataclass(slots=True)
@@ -25,6 +34,7 @@ class CompletionFormat:
     created: int = field(default_factory=lambda: int(time.time()))
     object: str = "text_completion"
     _lp: dict[int, CompletionLogprobs] = field(default_factory=dict)
+    _frames: TextFrames | None = None
 
     def _base(self) -> dict[str, Any]:
         return {"id": self.id, "object": self.object, "created": self.created, "model": self.model}
@@ -47,6 +57,14 @@ class CompletionFormat:
         return {**self._base(), "choices": [{"index": index, "text": text, "logprobs": lp,
                                              "finish_reason": d.finish_reason if d.finished else None}]}
 
+    def event(self, d: TextDelta, index: int = 0) -> bytes | None:
+        plain = d.logprobs is None and not (self.echo and (d.prompt_text or d.prompt_logprobs is not None))
+        if not plain or not (d.text or d.token_ids or d.finished):
+            return _event(self.delta(d, index))
+        if self._frames is None:
+            self._frames = TextFrames(base_members(**self._base()), ',"text":', ',"logprobs":null,"finish_reason":')
+        return self._frames.frame(index, d.text, d.finish_reason if d.finished else None)
+
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {**self._base(), "choices": [], "usage": usage}
 
@@ -67,6 +85,7 @@ class ChatFormat:
     id: str
     model: str
     created: int = field(default_factory=lambda: int(time.time()))
+    _frames: TextFrames | None = None
 
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
@@ -83,6 +102,14 @@ class ChatFormat:
         return {**self._base("chat.completion.chunk"), "choices": [
             {"index": index, "delta": delta, "logprobs": chat_logprobs(d.logprobs),
              "finish_reason": d.finish_reason if d.finished else None}]}
+
+    def event(self, d: TextDelta, index: int = 0) -> bytes | None:
+        if d.logprobs is not None or not (d.text or d.token_ids):
+            return _event(self.delta(d, index))
+        if self._frames is None:
+            self._frames = TextFrames(base_members(**self._base("chat.completion.chunk")),
+                                      ',"delta":{"content":', '},"logprobs":null,"finish_reason":')
+        return self._frames.frame(index, d.text, d.finish_reason if d.finished else None)
 
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {**self._base("chat.completion.chunk"), "choices": [], "usage": usage}
@@ -109,6 +136,9 @@ class GenerateFormat:
             return None
         return {"id": self.id, "output_ids": d.token_ids,
                 "finish_reason": d.finish_reason if d.finished else None}
+
+    def event(self, d: TextDelta, index: int = 0) -> bytes | None:
+        return _event(self.delta(d, index))
 
     def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         return {"id": self.id, "output_ids": [], "finish_reason": None, "usage": usage}

@@ -16,8 +16,9 @@ request they cancel, so an abort can never overtake its request. ``Accepted`` is
 engine on the same socket as the request's tokens, so it always arrives first.
 
 Wire format: a message is a msgpack ``ExtType(MSG_EXT, [tag, field1, field2, ...])``; nested
-messages (``DetokOutputs.deltas``) are encoded the same way, so ``decode(encode(m)) == m`` for
-every message type below.
+messages (``StepInputs.adds``) are encoded the same way, so ``decode(encode(m)) == m`` for
+every message type below. Per-step messages (`StepOutputs`, `DetokOutputs`) are columns of
+plain values, never lists of nested messages, so one step costs one msgpack call each way.
 """
 
 from __future__ import annotations
@@ -259,8 +260,8 @@ class EngineStats:
 @message(25)
 @dataclass(slots=True)
 class TextDelta:
-    """Detokenizer -> API server: the new text (stop strings removed) and token ids of one
-    request. ``logprobs``: per token id ``[text, logprob, [[text, logprob], ...]]`` (requests
+    """The new text (stop strings removed) and token ids of one request from one step: a row of
+    `DetokOutputs` (detokenizer -> API server), the unit the API server's streams consume. ``logprobs``: per token id ``[text, logprob, [[text, logprob], ...]]`` (requests
     that asked); ``prompt_text`` / ``prompt_logprobs`` (``echo``, on the first delta only): the
     prompt and, when asked, the same entries for its tokens (None for the first)."""
 
@@ -279,10 +280,43 @@ class TextDelta:
 @message(26)
 @dataclass(slots=True)
 class DetokOutputs:
-    """All deltas the detokenizer produced from one `StepOutputs`."""
+    """Detokenizer -> API server: all deltas produced from one `StepOutputs`, column by column
+    (one msgpack array per field, like `StepOutputs`: one message per engine step stays cheap to
+    encode and decode at large batch sizes). ``logprobs`` / ``prompt_texts`` /
+    ``prompt_logprobs`` are None when no delta of the step carries them, else one entry per
+    delta. Use `DetokOutputs.of` / `items` to go from/to `TextDelta`."""
 
-    deltas: list[TextDelta]
+    rids: list[int]
+    texts: list[str]
+    token_ids: list[list[int]]
+    finished: list[bool]
+    finish_reasons: list[str | None]
+    prompt_tokens: list[int]
+    cached_tokens: list[int]
     t: float
+    logprobs: list | None = None
+    prompt_texts: list | None = None
+    prompt_logprobs: list | None = None
+
+    @classmethod
+    def of(cls, deltas: list[TextDelta], t: float) -> "DetokOutputs":
+        def optional(col: list) -> list | None:
+            return col if any(x is not None for x in col) else None
+
+        return cls([d.rid for d in deltas], [d.text for d in deltas], [d.token_ids for d in deltas],
+                   [d.finished for d in deltas], [d.finish_reason for d in deltas],
+                   [d.prompt_tokens for d in deltas], [d.cached_tokens for d in deltas], t,
+                   optional([d.logprobs for d in deltas]), optional([d.prompt_text for d in deltas]),
+                   optional([d.prompt_logprobs for d in deltas]))
+
+    def items(self) -> list[TextDelta]:
+        n = len(self.rids)
+        lp = self.logprobs or [None] * n
+        pt = self.prompt_texts or [None] * n
+        plp = self.prompt_logprobs or [None] * n
+        return [TextDelta(*row) for row in zip(self.rids, self.texts, self.token_ids, self.finished,
+                                                self.finish_reasons, self.prompt_tokens,
+                                                self.cached_tokens, lp, pt, plp)]
 
 
 @message(27)

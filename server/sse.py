@@ -18,17 +18,27 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 
-def sse_data(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+# stateless (the C encoder is made per call): one instance instead of one per `json.dumps` call
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-SSE_DONE = "data: [DONE]\n\n"
+def json_text(obj: Any) -> str:
+    """Compact JSON (no spaces, non-ASCII kept), as vLLM and the OpenAI API write it."""
+    return _JSON.encode(obj)
+
+
+def sse_data(obj: Any) -> bytes:
+    """One server-sent event carrying ``obj`` as compact JSON."""
+    return b"data: " + _JSON.encode(obj).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
 
 
 class EventStream(StreamingResponse):
     """``text/event-stream`` response over ``events``; ``on_close()`` runs when it ends."""
 
-    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
         super().__init__(events, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._events = events

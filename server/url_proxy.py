@@ -7,11 +7,15 @@ Contract:
   UTF-8 bytes of the prompt text (chat: the messages' contents joined), so that requests sharing
   a text prefix share a prefix in the router's index; ``max_tokens`` (or
   ``max_completion_tokens``) is counted as outstanding until its tokens stream back (16 when absent).
-- A URL that refuses the connection (on a request or on a ``/metrics`` read) is marked down and
-  never chosen again; the request goes to another URL. A 429 is retried once on each other live
-  URL. When no URL is left the answer is 503 with `UrlRouter.none_left` (or the last 429 when every
-  live URL answered 429). Any other answer, error or not, is passed through as it came, with the
-  URL that gave it in the ``x-twinserve-upstream`` header.
+- A URL that refuses the connection (on a request or on a ``/metrics`` read) is marked down;
+  the request goes to another URL. A down URL's ``/health`` is probed after
+  ``server.replica_probe_s`` and then after twice the previous wait each time it fails (refused,
+  timed out, or not 200), up to ``server.replica_probe_max_s``; once it answers 200 the URL is
+  back in rotation (with an empty prefix index: a server that restarted has lost its cache).
+  A 429 is retried once on each other live URL. When no URL is left the answer is 503 with
+  `UrlRouter.none_left` (or the last 429 when every live URL answered 429). Any other answer,
+  error or not, is passed through as it came, with the URL that gave it in the
+  ``x-twinserve-upstream`` header.
 - ``/health``: 200 ``ok`` when every URL is up, 200 ``degraded`` (with the down URLs) when some
   are down, 503 when all are. ``/metrics``: the proxy's own per-URL gauges and counters.
 - `run_proxy` applies ``server.max_body_bytes`` (413) and ``server.api_key`` (401) as the engine
@@ -34,11 +38,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from twinserve.server.auth import ApiKeyAuth, api_key_of
 from twinserve.server.body_limit import BodyLimit
+from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S
 from twinserve.server.scraped_gauges import scraped_gauges
 from twinserve.server.url_router import UrlRouter
 
 DEFAULT_MAX_TOKENS = 16  # what a request without max_tokens is counted as
-SCRAPE_INTERVAL_S = 0.5  # how often each live URL's /metrics is read
+SCRAPE_INTERVAL_S = 0.5  # how often each live URL's /metrics is read (and due probes are sent)
+PROBE_TIMEOUT_S = 2.0  # a down URL's /health probe that takes longer has failed
 FORWARDED_HEADERS = ("authorization", "content-type")
 UPSTREAM_HEADER = "x-twinserve-upstream"  # the URL that answered, on each proxied response
 
@@ -69,9 +75,10 @@ class UrlProxy:
     """
 
     def __init__(self, urls: Sequence[str], name: str = "round_robin", kwargs: Mapping[str, Any] | None = None,
-                 timeout_s: float = 3600.0) -> None:
+                 timeout_s: float = 3600.0, probe_first_s: float = PROBE_FIRST_S,
+                 probe_max_s: float = PROBE_MAX_S) -> None:
         self.urls = [str(u).rstrip("/") for u in urls]
-        self.routing = UrlRouter(self.urls, name, kwargs)
+        self.routing = UrlRouter(self.urls, name, kwargs, probe_first_s=probe_first_s, probe_max_s=probe_max_s)
         self.timeout_s = timeout_s
         self.clients: list[httpx.AsyncClient] = []
         self.sent = [0] * len(self.urls)
@@ -86,21 +93,39 @@ class UrlProxy:
     async def close(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.clients))
 
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
     async def scrape_forever(self, interval_s: float = SCRAPE_INTERVAL_S) -> None:
-        """Read every live URL's ``/metrics`` into its view; a refused connection marks it down."""
+        """Read every live URL's ``/metrics`` into its view (a refused connection marks it down)
+        and probe the down URLs that are due."""
         async def one(k: int) -> None:
             try:
                 r = await self.clients[k].get("/metrics", timeout=5.0)
                 if r.status_code == 200:
                     self.routing.on_scraped(k, scraped_gauges(r.text))
             except httpx.ConnectError as e:
-                self.routing.down(k, f"ConnectError: {e}")
+                self.routing.down(k, f"ConnectError: {e}", self._now())
             except httpx.HTTPError:
                 pass
 
         while True:
-            await asyncio.gather(*(one(k) for k, a in enumerate(self.routing.alive) if a))
+            live = [one(k) for k, a in enumerate(self.routing.alive) if a]
+            await asyncio.gather(*live, *(self.probe(k) for k in self.routing.due(self._now())))
             await asyncio.sleep(interval_s)
+
+    async def probe(self, k: int) -> bool:
+        """Ask down URL ``k``'s ``/health``; 200 puts it back in rotation, anything else backs off."""
+        try:
+            r = await self.clients[k].get("/health", timeout=PROBE_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            self.routing.probe_failed(k, self._now(), f"{type(e).__name__}: {e}")
+            return False
+        if r.status_code != 200:
+            self.routing.probe_failed(k, self._now(), f"/health answered {r.status_code}")
+            return False
+        self.routing.up(k)
+        return True
 
     async def forward(self, path: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any]:
         """Send ``body`` to a chosen URL. Returns ``(k, response)`` with the response's body not
@@ -125,7 +150,7 @@ class UrlProxy:
                 resp = await self.clients[k].send(req, stream=True)
             except httpx.ConnectError as e:
                 routing.on_end(k, len(key) + max_tokens)
-                routing.down(k, f"ConnectError: {e}")
+                routing.down(k, f"ConnectError: {e}", loop.time())
                 tried.add(k)
                 self.retries += 1
                 continue
@@ -175,7 +200,9 @@ class UrlProxy:
                  [v.in_flight for v in self.routing.views]),
                 ("twinserve_proxy_outstanding_tokens", "gauge", "prompt + max_tokens less tokens streamed back",
                  [v.tokens for v in self.routing.views]),
-                ("twinserve_proxy_requests_total", "counter", "requests the URL answered (not 429)", self.sent)]
+                ("twinserve_proxy_requests_total", "counter", "requests the URL answered (not 429)", self.sent),
+                ("twinserve_proxy_url_returns_total", "counter", "times the URL came back into rotation",
+                 self.routing.returns)]
         out: list[str] = []
         for name, kind, help_, vals in rows:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
@@ -253,7 +280,8 @@ def run_proxy(cfg: Any) -> None:
     return (a clean stop)."""
     import uvicorn
 
-    proxy = UrlProxy(cfg.replica_urls, cfg.router, cfg.router_kwargs, cfg.request_timeout_s or 3600.0)
+    proxy = UrlProxy(cfg.replica_urls, cfg.router, cfg.router_kwargs, cfg.request_timeout_s or 3600.0,
+                     cfg.replica_probe_s, cfg.replica_probe_max_s)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((cfg.host, cfg.port))

@@ -173,3 +173,37 @@ def test_a_429_is_retried_once_on_each_other_live_url() -> None:
     k, (status, why) = asyncio.run(go([429, 429]))
     assert (k, status, len(calls)) == (-1, 503, 2)  # each URL tried once, then 503 with the last 429
     assert why.startswith("http://u1 answered 429") and "every live URL" in str(why)
+
+
+def test_a_down_url_is_probed_and_returns_to_rotation(two_servers: list[str], tiny_model: str) -> None:
+    from twinserve.server.launch import start_server
+
+    port = free_port()
+    late = f"http://127.0.0.1:{port}"  # nothing listens there yet
+    p = _Proxy([two_servers[0], late], "round_robin", "server.replica_probe_s=0.2", "server.replica_probe_max_s=0.5")
+    body = {"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    h = None
+    try:
+        for _ in range(2):
+            r = httpx.post(f"{p.url}/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200 and r.headers["x-twinserve-upstream"] == two_servers[0]
+        assert httpx.get(f"{p.url}/health").json()["status"] == "degraded"
+        h = start_server(engine_config(tiny_model), port=port, request_timeout_s=60.0, env=SERVER_ENV)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{p.url}/health").json()["status"] != "ok":
+            assert time.monotonic() < deadline, "the restarted URL never came back into rotation"
+            time.sleep(0.1)
+        served = [httpx.post(f"{p.url}/v1/completions", json=body, timeout=60).headers["x-twinserve-upstream"]
+                  for _ in range(4)]
+        assert served.count(late) == 2 and served.count(two_servers[0]) == 2  # round robin over both again
+        assert _metrics(p.url)[f'twinserve_proxy_url_returns_total{{url="{late}"}}'] == 1
+        assert h.stop() == 0
+        h = None
+        for _ in range(3):  # out of rotation again, and the requests still served
+            r = httpx.post(f"{p.url}/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200 and r.headers["x-twinserve-upstream"] == two_servers[0]
+        assert list(httpx.get(f"{p.url}/health").json()["down"]) == [late]
+    finally:
+        if h is not None:
+            h.stop()
+        assert p.stop() == 0

@@ -151,3 +151,29 @@ def test_scraped_gauges_feed_the_views() -> None:
     assert (routing.views[1].num_waiting, routing.views[1].kv_usage) == (0, 0.0)
     prompt = np.arange(32, dtype=np.int32)
     assert routing.choose(1, prompt, 4, 0.0) == 1  # replica 0 is over cache_aware's KV limit
+
+
+def test_a_down_url_is_probed_with_a_doubling_back_off_and_comes_back() -> None:
+    r = UrlRouter(["http://a", "http://b"], "round_robin", probe_first_s=1.0, probe_max_s=3.0)
+    r.down(1, "refused", now=10.0)
+    r.down(1, "refused again", now=10.5)  # already down: the first reason and schedule stay
+    assert r.why_down[1] == "refused" and r.due(10.9) == [] and r.due(11.0) == [1]
+    r.probe_failed(1, 11.0)
+    assert r.due(12.9) == [] and r.due(13.0) == [1]  # waited 2 s
+    r.probe_failed(1, 13.0)
+    r.probe_failed(1, 16.0, "still refused")
+    assert r.due(18.9) == [] and r.due(19.0) == [1] and r.why_down[1] == "still refused"  # capped at 3 s
+    k = r.choose(1, np.arange(32), 4, 19.0)
+    assert k == 0  # still out of rotation
+    r.on_end(k, 36)
+    r.views[1].prefixes.add(np.arange(64))
+    r.up(1)
+    assert r.alive == [True, True] and r.due(1e9) == [] and 1 not in r.why_down and r.returns == [0, 1]
+    assert r.views[1].match_len(np.arange(64)) == 0  # a returned server's cache is not assumed
+    assert {r.choose(i, np.arange(8), 2, 20.0) for i in range(2)} == {0, 1}
+
+
+def test_a_url_marked_down_without_a_time_is_never_probed() -> None:
+    r = UrlRouter(["http://a", "http://b"])
+    r.down(0, "refused")
+    assert r.due(1e12) == []
