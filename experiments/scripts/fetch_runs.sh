@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Restore the H200 run dumps behind the committed fidelity tables and calibrations into runs/
-# (ignored by git), from the commit that last held them in the tree.
+# Restore H200 run dumps into runs/ (ignored by git), from the commit that last held them in the
+# tree: the llama3-8b suite and profile behind the committed tables and calibration, and the
+# qwen3-0.6b suite and profile of 2026-12-03 (the committed qwen3-0.6b rows and calibration are
+# of a later suite, docs/fidelity.md).
 #   experiments/scripts/fetch_runs.sh [DEST]        # DEST defaults to runs/ at the repository root
 # DEST gets:
 #   fidelity/h200/engine/<model>/<workload>_<load>/   the engine's runs (requests.parquet, steps.parquet,
