@@ -19,6 +19,7 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from twinserve.core.registry import Registry
+from twinserve.core.spec_ngram import NgramIndex
 
 SPEC_METHODS = ("none", "ngram", "draft")
 MODEL_METHODS = ("draft",)  # methods whose proposer runs a model: the engine builds it (engine/spec_draft.py)
@@ -97,11 +98,25 @@ PROPOSERS: Registry[Proposer] = Registry("speculative proposer")
 class NgramProposer:
     """Prompt lookup: for n from ``ngram_max`` down to ``ngram_min``, find the latest earlier
     place where the last n tokens occurred, and propose the (up to) ``k`` tokens that followed
-    it. No match for any n: an empty proposal. Pure function of ``tokens``."""
+    it. No match for any n: an empty proposal. ``propose`` is a pure function of ``tokens``
+    (a scan); ``propose_for(key, tokens, k)`` gives the same answer from an `NgramIndex` kept
+    per ``key`` (a request id), whose ``tokens`` only grow between calls; ``retain(keys)`` drops
+    the indexes of every other key."""
 
     def __init__(self, cfg: SpecConfig | None = None, ngram_min: int = 1, ngram_max: int = 4) -> None:
         self.min_n = cfg.ngram_min if cfg is not None else ngram_min
         self.max_n = cfg.ngram_max if cfg is not None else ngram_max
+        self._indexes: dict[int, NgramIndex] = {}
+
+    def propose_for(self, key: int, tokens: np.ndarray, k: int) -> np.ndarray:
+        idx = self._indexes.get(key)
+        if idx is None:
+            idx = self._indexes[key] = NgramIndex(self.min_n, self.max_n)
+        return idx.lookup(np.asarray(tokens), k)
+
+    def retain(self, keys: "set[int]") -> None:
+        for key in self._indexes.keys() - keys:
+            del self._indexes[key]
 
     def propose(self, tokens: np.ndarray, k: int) -> np.ndarray:
         toks = np.asarray(tokens)

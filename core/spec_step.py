@@ -58,9 +58,15 @@ class SpecDecoding:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
         self.cfg = cfg
         self.k = cfg.num_tokens
+        self._retain: Callable[[set[int]], None] | None = None
         if propose is None:
             proposer = cfg.proposer()
-            propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
+            per_request = getattr(proposer, "propose_for", None)
+            if per_request is not None:  # an incremental proposer keeps state per request id
+                propose = lambda r, k: per_request(r.rid, r.tokens[: r.num_tokens], k)  # noqa: E731
+                self._retain = proposer.retain
+            else:
+                propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
         self.propose = propose
         self.hinted = hinted
         self.prepare = prepare
@@ -90,6 +96,8 @@ class SpecDecoding:
         """Before a step is formed (the scheduler calls it with its running requests): note how
         many run (``spec.max_batch_size``) and hand the decodes that may speculate to ``prepare``."""
         self._num_running = len(running)
+        if self._retain is not None:  # requests that stopped running: their proposer state goes
+            self._retain({r.rid for r in running})
         if self.prepare is None:
             return
         t0 = time.perf_counter()
