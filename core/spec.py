@@ -135,10 +135,12 @@ def accept_greedy(draft: np.ndarray, target: np.ndarray) -> np.ndarray:
     """The tokens a verify step emits: ``target`` holds the target model's greedy token at each
     of the ``len(draft) + 1`` positions (after the last known token, then after each draft
     token); the result is ``target[:a + 1]`` where ``a`` drafts match ``target`` from the start."""
-    d = np.asarray(draft)
     t = np.asarray(target)
-    if t.size != d.size + 1:
-        raise ValueError(f"accept_greedy: {t.size} target tokens for a draft of {d.size}")
-    miss = np.flatnonzero(d != t[:d.size])
-    a = int(miss[0]) if miss.size else d.size
+    d = np.asarray(draft).tolist()  # a handful of tokens: a list walk beats array ops
+    if t.size != len(d) + 1:
+        raise ValueError(f"accept_greedy: {t.size} target tokens for a draft of {len(d)}")
+    tl = t.tolist()
+    a = 0
+    while a < len(d) and d[a] == tl[a]:
+        a += 1
     return t[:a + 1]
