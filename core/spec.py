@@ -22,6 +22,7 @@ from twinserve.core.registry import Registry
 from twinserve.core.spec_ngram import NgramIndex
 
 SPEC_METHODS = ("none", "ngram", "draft")
+AUTO_MAX_BATCH = -1  # spec.max_batch_size=auto: the engine measures where speculation pays
 MODEL_METHODS = ("draft",)  # methods whose proposer runs a model: the engine builds it (engine/spec_draft.py)
 
 
@@ -34,7 +35,9 @@ class SpecConfig:
     final norm and head: self-speculation) or a checkpoint folder with the target's vocabulary. ``acceptance`` / ``acceptance_file``: the
     simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them.
     ``max_batch_size``: no request speculates in a step formed while more than this many
-    requests run (0: no limit), for batches where a verify step costs more than it saves."""
+    requests run (0: no limit), for batches where a verify step costs more than it saves;
+    ``auto`` (stored as `AUTO_MAX_BATCH`, -1): an engine finds it from its own measured step
+    costs (core/spec_cutoff.py)."""
 
     method: str = "none"
     num_tokens: int = 0
@@ -49,6 +52,10 @@ class SpecConfig:
     def enabled(self) -> bool:
         return self.method != "none" and self.num_tokens > 0
 
+    @property
+    def auto_batch(self) -> bool:
+        return self.max_batch_size == AUTO_MAX_BATCH
+
     def validate(self) -> None:
         if self.method != "none" and self.method not in PROPOSERS and self.method not in MODEL_METHODS:
             known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
@@ -59,8 +66,8 @@ class SpecConfig:
             raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
             raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
-        if self.max_batch_size < 0:
-            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit), got {self.max_batch_size}")
+        if self.max_batch_size < AUTO_MAX_BATCH:
+            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit) or auto, got {self.max_batch_size}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
 
@@ -80,6 +87,8 @@ class SpecConfig:
             unknown = set(values) - {f.name for f in fields(cls)}
             if unknown:
                 raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+            if values.get("max_batch_size") == "auto":
+                values["max_batch_size"] = AUTO_MAX_BATCH
             cfg = cls(**values)
         cfg.validate()
         return cfg

@@ -35,6 +35,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.spec import SpecConfig, accept_greedy
+from twinserve.core.spec_cutoff import StepCosts, accepted_length_estimate, spec_batch_cutoff
 
 if TYPE_CHECKING:
     from twinserve.core.scheduler import Scheduler
@@ -85,17 +86,41 @@ class SpecDecoding:
         self.step_counts: dict[int, list[int]] = {}  # step id -> [draft tokens, accepted], see `settle_step`
         self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
+        # speculate in steps formed while at most this many run; auto: set from `set_costs`
+        self.costs: StepCosts | None = None
+        self.max_batch: float = cfg.max_batch_size if cfg.max_batch_size > 0 else float("inf")
+
+    def set_costs(self, costs: StepCosts) -> None:
+        """Measured step costs (``spec.max_batch_size=auto``): from now on the cutoff follows
+        `spec_batch_cutoff` of them and the running accepted-length estimate."""
+        self.costs = costs
+        self._update_cap()
+
+    def _update_cap(self) -> None:
+        if self.costs is not None:
+            self.max_batch = spec_batch_cutoff(
+                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens))
+
+    def reset_counters(self) -> None:
+        """Zero the counters (an engine's step-cost measurement leaves none behind)."""
+        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.accepted_per_pos[:] = 0
+        self.reached_per_pos[:] = 0
+        self.proposed_len[:] = 0
+        self.step_counts.clear()
+        self.prepare_total_s, self.num_prepares = 0.0, 0
+        self._update_cap()
 
     def _may_speculate(self, r: Req) -> bool:
         p = r.params
-        cap = self.cfg.max_batch_size
         return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
-                    or (cap and self._num_running > cap))
+                    or self._num_running > self.max_batch)
 
     def prepare_step(self, running: list[Req]) -> None:
         """Before a step is formed (the scheduler calls it with its running requests): note how
         many run (``spec.max_batch_size``) and hand the decodes that may speculate to ``prepare``."""
         self._num_running = len(running)
+        self._update_cap()
         if self._retain is not None:  # requests that stopped running: their proposer state goes
             self._retain({r.rid for r in running})
         if self.prepare is None:

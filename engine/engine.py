@@ -31,6 +31,7 @@ from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
 from twinserve.engine.request_options import RequestOptions
+from twinserve.engine.spec_costs import measure_step_costs
 from twinserve.engine.spec_draft import build_draft
 from twinserve.engine.runner import InFlight
 
@@ -123,6 +124,8 @@ class Engine:
         self._pending: list[StepOutput] = []
         self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
         self.options = RequestOptions(self.model_config.vocab_size, self.eos_token_ids, cfg.model)
+        if spec.enabled and spec.auto_batch:  # spec.max_batch_size=auto: where speculation pays, measured
+            self.scheduler.spec.set_costs(measure_step_costs(self))
 
     @property
     def tp_size(self) -> int:
@@ -288,7 +291,13 @@ class Engine:
             "steps": len(self.steps),
             "tp_size": self.cfg.tp_size,
             **(self.scheduler.spec.stats() if self.scheduler.spec is not None else {}),
+            **self._spec_cutoff(),
         }
+
+    def _spec_cutoff(self) -> dict[str, float]:
+        """With ``spec.max_batch_size=auto``: the batch size speculation currently stops above."""
+        sp = self.scheduler.spec
+        return {} if sp is None or sp.costs is None else {"spec_max_batch_size": float(sp.max_batch)}
 
     def shutdown(self) -> None:
         """Drain the in-flight step, stop the other tensor-parallel ranks and free device

@@ -269,3 +269,27 @@ def test_draft_checkpoint_pool_pages_are_returned(tiny_model_dir, prompts):
         assert len(dm._free) == dm.pool.geom.num_pages
     finally:
         eng.shutdown()
+
+
+def test_auto_max_batch_size_measures_the_engine(tiny_model_dir, prompts):
+    """``spec.max_batch_size=auto``: the engine times plain and verify steps at batch 1, 2, 4
+    (max_running 4), leaves no trace of the measurement, sets the cutoff by the rule from those
+    costs, and its greedy output still equals plain decoding."""
+    from twinserve.core.spec_cutoff import PRIOR_ACCEPTED_LENGTH, spec_batch_cutoff
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    model = tiny_model_dir("tiny-llama")
+    kw = dict(cpu_kv_tokens=4096, scheduler={"max_running": 4})
+    eng = Engine(EngineConfig(model=str(model), device="cpu", spec={**SPEC, "max_batch_size": "auto"}, **kw))
+    try:
+        sp = eng.scheduler.spec
+        assert sorted(sp.costs.decode_s) == [1, 2, 4]
+        assert all(v > 0 for v in (*sp.costs.decode_s.values(), *sp.costs.verify_s.values()))
+        assert eng.steps == [] and sp.num_drafts == 0 and not eng.has_work()
+        assert eng.scheduler.page_counts()[1] == 0
+        assert eng.stats()["spec_max_batch_size"] == spec_batch_cutoff(sp.costs, PRIOR_ACCEPTED_LENGTH)
+    finally:
+        eng.shutdown()
+    want, _ = _run(model, prompts, GREEDY, **kw)
+    got, _ = _run(model, prompts, GREEDY, {**SPEC, "max_batch_size": "auto"}, **kw)
+    assert got == want
