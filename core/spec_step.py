@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 
 class SpecDecoding:
     """Draft bookkeeping of one scheduler. Invariant: a staged draft's tokens lie in its
-    request's buffer only between the launch and the completion of its verify step (batches
-    are completed before the next is scheduled: no overlap scheduling with speculation)."""
+    request's buffer only between the launch and the completion of its verify step; a batch
+    with verify rows is completed before the next is scheduled, and a request whose token is
+    still pending (an overlapped plain step in flight) does not draft."""
 
     def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
                  hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
@@ -111,10 +112,15 @@ class SpecDecoding:
         self.prepare_total_s, self.num_prepares = 0.0, 0
         self._update_cap()
 
+    def may_draft(self, num_running: int) -> bool:
+        """Whether a step formed while ``num_running`` requests run may have verify rows: an
+        engine with overlap scheduling completes its in-flight step before such a step."""
+        return not self.paused and num_running <= self.max_batch
+
     def _may_speculate(self, r: Req) -> bool:
         p = r.params
         return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
-                    or self._num_running > self.max_batch)
+                    or r.pending or self._num_running > self.max_batch)
 
     def prepare_step(self, running: list[Req]) -> None:
         """Before a step is formed (the scheduler calls it with its running requests): note how

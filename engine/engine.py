@@ -109,11 +109,8 @@ class Engine:
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
         spec = SpecConfig.of(cfg.spec)
         if spec.enabled:
-            if cfg.overlap:
-                raise ValueError("speculative decoding runs without overlap scheduling: leave overlap unset or False")
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
-            self.overlap = False
             draft = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
             self.scheduler.spec = SpecDecoding(spec, draft, prepare=draft.prepare if draft is not None else None)
         self.steps: list[StepRecord] = []
@@ -179,8 +176,12 @@ class Engine:
         if self.tp is not None and self.tp.failed is not None:
             raise self.tp.failed
         outs, self._pending = self._pending, []
-        if self.scheduler.spec is not None:  # a step's option tensors have one row per request
-            self.scheduler.spec.paused = bool(self.options)
+        spec = self.scheduler.spec
+        if spec is not None:  # a step's option tensors have one row per request
+            spec.paused = bool(self.options)
+            if self._inflight is not None and spec.may_draft(self.scheduler.num_running):
+                outs += self._complete(*self._inflight)  # drafts need every request's tokens known
+                self._inflight = None
         t = time.perf_counter()
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
@@ -210,7 +211,7 @@ class Engine:
             outs += self._complete(*self._inflight)
             self._inflight = None
         if launched is not None:
-            if self.overlap:
+            if self.overlap and launched[0].batch.drafts is None:  # a verify step settles at once
                 self._inflight = launched
             else:
                 outs += self._complete(*launched)

@@ -115,12 +115,10 @@ def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts, spec_c
     assert outs[1][2] > 0
 
 
-def test_spec_refuses_overlap_and_bad_config(tiny_model_dir):
+def test_spec_refuses_bad_config(tiny_model_dir):
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = str(tiny_model_dir("tiny-llama"))
-    with pytest.raises(ValueError, match="overlap"):
-        Engine(EngineConfig(model=model, device="cpu", overlap=True, spec=SPEC, cpu_kv_tokens=1024))
     with pytest.raises(ValueError, match="unknown spec.method"):
         Engine(EngineConfig(model=model, device="cpu", spec={"method": "eagle", "num_tokens": 2}, cpu_kv_tokens=1024))
 
@@ -293,3 +291,17 @@ def test_auto_max_batch_size_measures_the_engine(tiny_model_dir, prompts):
     want, _ = _run(model, prompts, GREEDY, **kw)
     got, _ = _run(model, prompts, GREEDY, {**SPEC, "max_batch_size": "auto"}, **kw)
     assert got == want
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_overlap_runs_the_steps_that_do_not_speculate(tiny_model_dir, prompts, cap):
+    """With overlap scheduling, steps formed while more than ``spec.max_batch_size`` requests
+    run overlap (a step stays in flight while the next is scheduled), verify steps settle at
+    once; greedy output equals plain decoding and both kinds of step occur."""
+    model = tiny_model_dir("tiny-llama")
+    kw = dict(cpu_kv_tokens=4096, overlap=True)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (12, 40, 20, 30)]
+    want, _ = _run(model, prompts, params, **kw)  # requests end one by one: the batch shrinks
+    got, stats = _run(model, prompts, params, {**SPEC, "max_batch_size": cap}, **kw)
+    assert got == want
+    assert stats["spec_decode_num_drafts"] > 0
