@@ -34,7 +34,7 @@ def cost_batch_sizes(max_running: int, token_slots: int, per_request: int) -> li
     return [b for b in COST_BATCH_SIZES if b <= max_running and b * per_request <= token_slots // 2]
 
 
-def measure_step_costs(eng: "Engine", steps: int = 4, seed: int = 0) -> StepCosts:
+def measure_step_costs(eng: "Engine", steps: int = 8, seed: int = 0) -> StepCosts:
     """Median seconds per engine step of plain decodes and of full-draft verify steps at each
     size of `cost_batch_sizes` (see the module docstring); only while idle."""
     if eng.has_work():
