@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+BULK_ENDS = 16  # more new positions than this: indexed with array operations
+
 
 class NgramIndex:
     """The n-grams (``min_n <= n <= max_n``) of one sequence's first ``size`` tokens, each
@@ -27,7 +29,7 @@ class NgramIndex:
             raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
         self.min_n = min_n
         self.max_n = max_n
-        self.ends: list[dict[tuple[int, ...], int]] = []
+        self.ends: list[dict[bytes, int]] = []
         self.size = 0
         self._reset()
 
@@ -42,24 +44,31 @@ class NgramIndex:
         old = self.size
         if size <= old:
             return
-        # new end positions: old .. size - 1 (the end ``old`` was the previous call's query)
-        lo = max(0, old - self.max_n)
-        vals = toks[lo:size - 1].tolist()
-        for e in range(max(old, 1), size):
-            for i, n in enumerate(range(self.min_n, min(self.max_n, e) + 1)):
-                self.ends[i][tuple(vals[e - n - lo:e - lo])] = e
+        # new end positions: old .. size - 1 (the end ``old`` was the previous call's query);
+        # keys are the n-grams' int32 bytes
+        bulk = size - old > BULK_ENDS
+        for i, n in enumerate(range(self.min_n, self.max_n + 1)):
+            first = max(old, n)
+            if first >= size:
+                continue
+            ends = self.ends[i]
+            if bulk:  # a prompt: every window at once, the latest end of a key written last
+                win = np.lib.stride_tricks.sliding_window_view(toks[first - n:size - 1], n)
+                keys = np.ascontiguousarray(win).view(np.dtype((np.void, 4 * n))).ravel().tolist()
+                ends.update(zip(keys, range(first, size)))
+            else:
+                for e in range(first, size):
+                    ends[toks[e - n:e].tobytes()] = e
         self.size = size
 
     def lookup(self, toks: np.ndarray, k: int) -> np.ndarray:
         """Up to ``k`` tokens that followed the latest earlier occurrence of the longest suffix
         (``max_n`` down to ``min_n`` tokens) of ``toks``; empty when none occurred."""
+        toks = np.ascontiguousarray(toks, dtype=np.int32)
         self._extend(toks)
         size = toks.size
-        if size < 2:
-            return toks[:0].copy()
-        tail = toks[max(0, size - self.max_n):].tolist()
         for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
-            e = self.ends[n - self.min_n].get(tuple(tail[len(tail) - n:]))
+            e = self.ends[n - self.min_n].get(toks[size - n:].tobytes())
             if e is not None:
                 return toks[e:e + k].copy()
         return toks[:0].copy()
