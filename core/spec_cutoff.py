@@ -5,8 +5,9 @@ which all of them verify a ``k``-token draft emits about ``B * L`` tokens (``L``
 accepted length, accepted drafts + 1 per verify row) in ``verify_s[B]``. Speculation pays at
 ``B`` when ``verify_s[B] < L * decode_s[B]``. With ``spec.max_batch_size=auto`` the engine
 measures both costs at a few batch sizes (engine/spec_costs.py) and speculates only in steps
-formed while at most the cutoff runs; ``L`` starts at `PRIOR_ACCEPTED_LENGTH` and follows the
-measured mean once `MIN_VERIFY_ROWS` verify rows have been settled.
+formed while at most the cutoff runs; ``L`` starts at ``k + 1`` (every draft accepted: the
+engine speculates wherever that would pay until it has measured) and follows the measured mean
+once `MIN_VERIFY_ROWS` verify rows have been settled.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-PRIOR_ACCEPTED_LENGTH = 2.0  # tokens per verify row assumed before any was measured
 MIN_VERIFY_ROWS = 64  # verify rows settled before the measured mean replaces the prior
 
 
@@ -44,8 +44,9 @@ def spec_batch_cutoff(costs: StepCosts, accepted_length: float) -> int:
     return cut
 
 
-def accepted_length_estimate(num_rows: int, num_accepted: int) -> float:
-    """Mean tokens per verify row: the measured one after `MIN_VERIFY_ROWS` rows, else the prior."""
+def accepted_length_estimate(num_rows: int, num_accepted: int, k: int) -> float:
+    """Mean tokens per verify row: the measured one after `MIN_VERIFY_ROWS` rows, else ``k + 1``
+    (the most a ``k``-token draft gives, so that acceptance gets measured wherever it could pay)."""
     if num_rows < MIN_VERIFY_ROWS:
-        return PRIOR_ACCEPTED_LENGTH
+        return float(k + 1)
     return (num_accepted + num_rows) / num_rows

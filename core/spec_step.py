@@ -100,7 +100,7 @@ class SpecDecoding:
     def _update_cap(self) -> None:
         if self.costs is not None:
             self.max_batch = spec_batch_cutoff(
-                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens))
+                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens, self.k))
 
     def reset_counters(self) -> None:
         """Zero the counters (an engine's step-cost measurement leaves none behind)."""

@@ -43,7 +43,8 @@ class Engine:
 
     Contract: ``add`` validates and queues a request (ValueError on bad input; times are on this
     engine's clock ``now()``). ``step`` runs one scheduler step; with overlap it launches step
-    k+1 before completing step k, so tokens of a step are reported by the next ``step`` call.
+    k+1 before completing step k, so tokens of a step are reported by the next ``step`` call
+    (with speculation only steps that cannot have verify rows overlap: docs/speculation.md).
     Every request yields StepOutputs whose ``new_token_ids`` concatenate to its output ids, the
     last one with ``finished=True``. ``steps`` gets one StepRecord per executed step (batch
     features, device-measured duration, host cpu_s of schedule+complete+launch) whose ``extra``

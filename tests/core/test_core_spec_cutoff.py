@@ -8,7 +8,7 @@ import pytest
 from helpers_core import make_req
 from twinserve.core.spec import AUTO_MAX_BATCH, SpecConfig
 from twinserve.core.spec_cutoff import (
-    MIN_VERIFY_ROWS, PRIOR_ACCEPTED_LENGTH, StepCosts, accepted_length_estimate, spec_batch_cutoff,
+    MIN_VERIFY_ROWS, StepCosts, accepted_length_estimate, spec_batch_cutoff,
 )
 from twinserve.core.spec_step import SpecDecoding
 
@@ -49,8 +49,8 @@ def test_costs_need_matching_sizes():
 
 
 def test_accepted_length_estimate_waits_for_enough_rows():
-    assert accepted_length_estimate(MIN_VERIFY_ROWS - 1, 500) == PRIOR_ACCEPTED_LENGTH
-    assert accepted_length_estimate(100, 150) == 2.5
+    assert accepted_length_estimate(MIN_VERIFY_ROWS - 1, 0, k=4) == 5.0  # optimistic until measured
+    assert accepted_length_estimate(100, 150, k=4) == 2.5
 
 
 def test_auto_is_a_max_batch_size_value():
@@ -69,16 +69,20 @@ def test_spec_decoding_speculates_up_to_the_measured_cutoff():
     spec = SpecDecoding(SpecConfig("ngram", 4, 1, 2, max_batch_size=AUTO_MAX_BATCH))
     costs = fake_costs()
     spec.set_costs(costs)
-    assert spec.max_batch == spec_batch_cutoff(costs, PRIOR_ACCEPTED_LENGTH) == 0
     reqs = [_decoding(i) for i in range(8)]
-    spec.prepare_step(reqs[:1])
-    assert spec.draft(reqs[0], budget=64) == 0  # the prior (2 tokens per row) does not pay at all
+    # nothing measured yet: every draft assumed accepted (5 tokens a row), which pays at every size
+    assert spec.max_batch == spec_batch_cutoff(costs, 5.0) == 64
+    spec.prepare_step(reqs)
+    assert spec.draft(reqs[0], budget=64) > 0
     # measured acceptance: 3 tokens per verify row -> the cutoff moves to 16
     spec.num_drafts, spec.num_accepted_tokens = MIN_VERIFY_ROWS, 2 * MIN_VERIFY_ROWS
     spec.prepare_step(reqs)
     assert spec.max_batch == 16 and spec.draft(reqs[0], budget=64) > 0
     spec.prepare_step(reqs * 3)  # 24 running: above the cutoff
-    assert spec.draft(reqs[0], budget=64) == 0
-    spec.reset_counters()  # back to the prior
-    spec.prepare_step(reqs)
-    assert spec.max_batch == 0 and spec.draft(reqs[0], budget=64) == 0
+    assert spec.draft(reqs[0], budget=64) == 0 and not spec.may_draft(24)
+    # 2 tokens per row: a verify step costs more than two decode steps at every size
+    spec.num_accepted_tokens = MIN_VERIFY_ROWS
+    spec.prepare_step(reqs[:1])
+    assert spec.max_batch == 0 and spec.draft(reqs[0], budget=64) == 0 and not spec.may_draft(1)
+    spec.reset_counters()  # back to the optimistic start
+    assert spec.max_batch == 64

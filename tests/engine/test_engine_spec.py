@@ -273,7 +273,7 @@ def test_auto_max_batch_size_measures_the_engine(tiny_model_dir, prompts):
     """``spec.max_batch_size=auto``: the engine times plain and verify steps at batch 1, 2, 4
     (max_running 4), leaves no trace of the measurement, sets the cutoff by the rule from those
     costs, and its greedy output still equals plain decoding."""
-    from twinserve.core.spec_cutoff import PRIOR_ACCEPTED_LENGTH, spec_batch_cutoff
+    from twinserve.core.spec_cutoff import spec_batch_cutoff
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = tiny_model_dir("tiny-llama")
@@ -285,7 +285,7 @@ def test_auto_max_batch_size_measures_the_engine(tiny_model_dir, prompts):
         assert all(v > 0 for v in (*sp.costs.decode_s.values(), *sp.costs.verify_s.values()))
         assert eng.steps == [] and sp.num_drafts == 0 and not eng.has_work()
         assert eng.scheduler.page_counts()[1] == 0
-        assert eng.stats()["spec_max_batch_size"] == spec_batch_cutoff(sp.costs, PRIOR_ACCEPTED_LENGTH)
+        assert eng.stats()["spec_max_batch_size"] == spec_batch_cutoff(sp.costs, SPEC["num_tokens"] + 1.0)
     finally:
         eng.shutdown()
     want, _ = _run(model, prompts, GREEDY, **kw)
