@@ -239,7 +239,7 @@ class Engine:
         """Run throw-away requests (one prompt of each length that fits, then ``decodes``
         concurrent short ones) so that kernel selection and allocator growth happen before
         timed work, the way a server warms up; then flush the prefix cache, drop their step
-        records and freeze the heap (`heap.settle_heap`: no full garbage collection walks the
+        records and speculation counters and freeze the heap (`heap.settle_heap`: no full garbage collection walks the
         startup objects during serving). Only while idle; returns the seconds it took."""
         if self.has_work():
             raise RuntimeError("warmup() needs an idle engine")
@@ -263,6 +263,8 @@ class Engine:
             self.step()
         self.flush_cache()
         del self.steps[n0:]
+        if self.scheduler.spec is not None:  # the throw-away requests' drafts count for nothing
+            self.scheduler.spec.reset_counters()
         settle_heap()
         return time.perf_counter() - t0
 

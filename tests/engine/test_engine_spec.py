@@ -305,3 +305,19 @@ def test_overlap_runs_the_steps_that_do_not_speculate(tiny_model_dir, prompts, c
     got, stats = _run(model, prompts, params, {**SPEC, "max_batch_size": cap}, **kw)
     assert got == want
     assert stats["spec_decode_num_drafts"] > 0
+
+
+def test_warmup_leaves_no_speculation_counters(tiny_model_dir):
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", spec=SPEC, cpu_kv_tokens=4096))
+    try:
+        sp = eng.scheduler.spec
+        seen: list[int] = []
+        reset = sp.reset_counters
+        sp.reset_counters = lambda: (seen.append(sp.num_drafts), reset())[1]
+        eng.warmup(prompt_lens=(16, 128), decodes=8)
+        assert seen and seen[0] > 0  # the throw-away requests did speculate
+        assert eng.stats()["spec_decode_num_drafts"] == 0 and sp.proposed_len.sum() == 0
+    finally:
+        eng.shutdown()
