@@ -2,7 +2,7 @@
 
     twinserve-bench spec --model DIR [--workload code_edit] [--num-tokens 4] [--requests 64]
         [--ngram-batch 1 64] [--layers 24 28] [--layers-batch 1 16] [--max-output N]
-        [--spec-max-batch-size B]
+        [--spec-max-batch-size B|auto]
         [--device auto] [--out DIR] [--name NAME]
 
 Every request of the workload (tokenized by the checkpoint's own tokenizer, greedy,
@@ -80,6 +80,10 @@ def run_once(model: str, prompts: list[np.ndarray], outs: list[int], run: SpecRu
                                "mean_tpot_ms": 1e3 * float(np.mean(tpot)), "output_tok_s": sum(outs) / wall,
                                "wall_s": wall}
         counters = eng.scheduler.spec.stats() if eng.scheduler.spec is not None else {}
+        if "spec_max_batch_size" in eng.stats():  # spec.max_batch_size=auto: the cutoff it found
+            row["spec_max_batch_size"] = eng.stats()["spec_max_batch_size"]
+            c = eng.scheduler.spec.costs
+            row["step_costs_ms"] = {str(b): [1e3 * c.decode_s[b], 1e3 * c.verify_s[b]] for b in sorted(c.decode_s)}
         if run.spec.get("method") == "draft":  # the draft model's proposals, summed over steps
             row["draft_s"] = float(sum(rec.extra.get("spec_draft_s", 0.0) for rec in eng.steps))
         if counters:
@@ -92,6 +96,12 @@ def run_once(model: str, prompts: list[np.ndarray], outs: list[int], run: SpecRu
         eng.shutdown()
 
 
+def _max_batch(value: str) -> int:
+    from twinserve.core.spec import AUTO_MAX_BATCH
+
+    return AUTO_MAX_BATCH if value == "auto" else int(value)
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(prog="twinserve-bench spec", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -102,8 +112,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--layers", type=int, nargs="*", default=[24, 28])
     ap.add_argument("--layers-batch", type=int, nargs="*", default=[1, 16])
     ap.add_argument("--max-output", type=int, default=None, help="cap each request's output length")
-    ap.add_argument("--spec-max-batch-size", type=int, default=0,
-                    help="spec.max_batch_size of the speculating runs (0: no limit)")
+    ap.add_argument("--spec-max-batch-size", type=_max_batch, default=0,
+                    help="spec.max_batch_size of the speculating runs (0: no limit; auto: the engine measures it)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None, help="folder for runs_NAME.json and the spec_*.json counter files")
     ap.add_argument("--name", default=None, help="NAME of runs_NAME.json (default: the workload)")

@@ -19,8 +19,10 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from twinserve.core.registry import Registry
+from twinserve.core.spec_ngram import NgramIndex
 
 SPEC_METHODS = ("none", "ngram", "draft")
+AUTO_MAX_BATCH = -1  # spec.max_batch_size=auto: the engine measures where speculation pays
 MODEL_METHODS = ("draft",)  # methods whose proposer runs a model: the engine builds it (engine/spec_draft.py)
 
 
@@ -33,7 +35,9 @@ class SpecConfig:
     final norm and head: self-speculation) or a checkpoint folder with the target's vocabulary. ``acceptance`` / ``acceptance_file``: the
     simulator's acceptance model (`core.spec_accept.AcceptanceModel`); engines ignore them.
     ``max_batch_size``: no request speculates in a step formed while more than this many
-    requests run (0: no limit), for batches where a verify step costs more than it saves."""
+    requests run (0: no limit), for batches where a verify step costs more than it saves;
+    ``auto`` (stored as `AUTO_MAX_BATCH`, -1): an engine finds it from its own measured step
+    costs (core/spec_cutoff.py)."""
 
     method: str = "none"
     num_tokens: int = 0
@@ -48,6 +52,10 @@ class SpecConfig:
     def enabled(self) -> bool:
         return self.method != "none" and self.num_tokens > 0
 
+    @property
+    def auto_batch(self) -> bool:
+        return self.max_batch_size == AUTO_MAX_BATCH
+
     def validate(self) -> None:
         if self.method != "none" and self.method not in PROPOSERS and self.method not in MODEL_METHODS:
             known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
@@ -58,8 +66,8 @@ class SpecConfig:
             raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
         if self.method != "none" and self.num_tokens < 1:
             raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
-        if self.max_batch_size < 0:
-            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit), got {self.max_batch_size}")
+        if self.max_batch_size < AUTO_MAX_BATCH:
+            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit) or auto, got {self.max_batch_size}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
 
@@ -79,6 +87,8 @@ class SpecConfig:
             unknown = set(values) - {f.name for f in fields(cls)}
             if unknown:
                 raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+            if values.get("max_batch_size") == "auto":
+                values["max_batch_size"] = AUTO_MAX_BATCH
             cfg = cls(**values)
         cfg.validate()
         return cfg
@@ -97,11 +107,25 @@ PROPOSERS: Registry[Proposer] = Registry("speculative proposer")
 class NgramProposer:
     """Prompt lookup: for n from ``ngram_max`` down to ``ngram_min``, find the latest earlier
     place where the last n tokens occurred, and propose the (up to) ``k`` tokens that followed
-    it. No match for any n: an empty proposal. Pure function of ``tokens``."""
+    it. No match for any n: an empty proposal. ``propose`` is a pure function of ``tokens``
+    (a scan); ``propose_for(key, tokens, k)`` gives the same answer from an `NgramIndex` kept
+    per ``key`` (a request id), whose ``tokens`` only grow between calls; ``retain(keys)`` drops
+    the indexes of every other key."""
 
     def __init__(self, cfg: SpecConfig | None = None, ngram_min: int = 1, ngram_max: int = 4) -> None:
         self.min_n = cfg.ngram_min if cfg is not None else ngram_min
         self.max_n = cfg.ngram_max if cfg is not None else ngram_max
+        self._indexes: dict[int, NgramIndex] = {}
+
+    def propose_for(self, key: int, tokens: np.ndarray, k: int) -> np.ndarray:
+        idx = self._indexes.get(key)
+        if idx is None:
+            idx = self._indexes[key] = NgramIndex(self.min_n, self.max_n)
+        return idx.lookup(np.asarray(tokens), k)
+
+    def retain(self, keys: "set[int]") -> None:
+        for key in self._indexes.keys() - keys:
+            del self._indexes[key]
 
     def propose(self, tokens: np.ndarray, k: int) -> np.ndarray:
         toks = np.asarray(tokens)
@@ -120,10 +144,12 @@ def accept_greedy(draft: np.ndarray, target: np.ndarray) -> np.ndarray:
     """The tokens a verify step emits: ``target`` holds the target model's greedy token at each
     of the ``len(draft) + 1`` positions (after the last known token, then after each draft
     token); the result is ``target[:a + 1]`` where ``a`` drafts match ``target`` from the start."""
-    d = np.asarray(draft)
     t = np.asarray(target)
-    if t.size != d.size + 1:
-        raise ValueError(f"accept_greedy: {t.size} target tokens for a draft of {d.size}")
-    miss = np.flatnonzero(d != t[:d.size])
-    a = int(miss[0]) if miss.size else d.size
+    d = np.asarray(draft).tolist()  # a handful of tokens: a list walk beats array ops
+    if t.size != len(d) + 1:
+        raise ValueError(f"accept_greedy: {t.size} target tokens for a draft of {len(d)}")
+    tl = t.tolist()
+    a = 0
+    while a < len(d) and d[a] == tl[a]:
+        a += 1
     return t[:a + 1]

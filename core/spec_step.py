@@ -35,6 +35,7 @@ import numpy as np
 
 from twinserve.core.request import Req
 from twinserve.core.spec import SpecConfig, accept_greedy
+from twinserve.core.spec_cutoff import StepCosts, accepted_length_estimate, spec_batch_cutoff
 
 if TYPE_CHECKING:
     from twinserve.core.scheduler import Scheduler
@@ -42,8 +43,9 @@ if TYPE_CHECKING:
 
 class SpecDecoding:
     """Draft bookkeeping of one scheduler. Invariant: a staged draft's tokens lie in its
-    request's buffer only between the launch and the completion of its verify step (batches
-    are completed before the next is scheduled: no overlap scheduling with speculation)."""
+    request's buffer only between the launch and the completion of its verify step; a batch
+    with verify rows is completed before the next is scheduled, and a request whose token is
+    still pending (an overlapped plain step in flight) does not draft."""
 
     def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
                  hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
@@ -58,9 +60,15 @@ class SpecDecoding:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
         self.cfg = cfg
         self.k = cfg.num_tokens
+        self._retain: Callable[[set[int]], None] | None = None
         if propose is None:
             proposer = cfg.proposer()
-            propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
+            per_request = getattr(proposer, "propose_for", None)
+            if per_request is not None:  # an incremental proposer keeps state per request id
+                propose = lambda r, k: per_request(r.rid, r.tokens[: r.num_tokens], k)  # noqa: E731
+                self._retain = proposer.retain
+            else:
+                propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
         self.propose = propose
         self.hinted = hinted
         self.prepare = prepare
@@ -79,17 +87,48 @@ class SpecDecoding:
         self.step_counts: dict[int, list[int]] = {}  # step id -> [draft tokens, accepted], see `settle_step`
         self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
+        # speculate in steps formed while at most this many run; auto: set from `set_costs`
+        self.costs: StepCosts | None = None
+        self.max_batch: float = cfg.max_batch_size if cfg.max_batch_size > 0 else float("inf")
+
+    def set_costs(self, costs: StepCosts) -> None:
+        """Measured step costs (``spec.max_batch_size=auto``): from now on the cutoff follows
+        `spec_batch_cutoff` of them and the running accepted-length estimate."""
+        self.costs = costs
+        self._update_cap()
+
+    def _update_cap(self) -> None:
+        if self.costs is not None:
+            self.max_batch = spec_batch_cutoff(
+                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens, self.k))
+
+    def reset_counters(self) -> None:
+        """Zero the counters (an engine's step-cost measurement leaves none behind)."""
+        self.num_drafts = self.num_draft_tokens = self.num_accepted_tokens = 0
+        self.accepted_per_pos[:] = 0
+        self.reached_per_pos[:] = 0
+        self.proposed_len[:] = 0
+        self.step_counts.clear()
+        self.prepare_total_s, self.num_prepares = 0.0, 0
+        self._update_cap()
+
+    def may_draft(self, num_running: int) -> bool:
+        """Whether a step formed while ``num_running`` requests run may have verify rows: an
+        engine with overlap scheduling completes its in-flight step before such a step."""
+        return not self.paused and num_running <= self.max_batch
 
     def _may_speculate(self, r: Req) -> bool:
         p = r.params
-        cap = self.cfg.max_batch_size
         return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
-                    or (cap and self._num_running > cap))
+                    or r.pending or self._num_running > self.max_batch)
 
     def prepare_step(self, running: list[Req]) -> None:
         """Before a step is formed (the scheduler calls it with its running requests): note how
         many run (``spec.max_batch_size``) and hand the decodes that may speculate to ``prepare``."""
         self._num_running = len(running)
+        self._update_cap()
+        if self._retain is not None:  # requests that stopped running: their proposer state goes
+            self._retain({r.rid for r in running})
         if self.prepare is None:
             return
         t0 = time.perf_counter()

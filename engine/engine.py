@@ -31,6 +31,7 @@ from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
 from twinserve.engine.request_options import RequestOptions
+from twinserve.engine.spec_costs import measure_step_costs
 from twinserve.engine.spec_draft import build_draft
 from twinserve.engine.runner import InFlight
 
@@ -42,7 +43,8 @@ class Engine:
 
     Contract: ``add`` validates and queues a request (ValueError on bad input; times are on this
     engine's clock ``now()``). ``step`` runs one scheduler step; with overlap it launches step
-    k+1 before completing step k, so tokens of a step are reported by the next ``step`` call.
+    k+1 before completing step k, so tokens of a step are reported by the next ``step`` call
+    (with speculation only steps that cannot have verify rows overlap: docs/speculation.md).
     Every request yields StepOutputs whose ``new_token_ids`` concatenate to its output ids, the
     last one with ``finished=True``. ``steps`` gets one StepRecord per executed step (batch
     features, device-measured duration, host cpu_s of schedule+complete+launch) whose ``extra``
@@ -108,11 +110,8 @@ class Engine:
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
         spec = SpecConfig.of(cfg.spec)
         if spec.enabled:
-            if cfg.overlap:
-                raise ValueError("speculative decoding runs without overlap scheduling: leave overlap unset or False")
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
-            self.overlap = False
             draft = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
             self.scheduler.spec = SpecDecoding(spec, draft, prepare=draft.prepare if draft is not None else None)
         self.steps: list[StepRecord] = []
@@ -123,6 +122,8 @@ class Engine:
         self._pending: list[StepOutput] = []
         self._idle_arrival: float | None = None  # arrival of the request that found the engine idle
         self.options = RequestOptions(self.model_config.vocab_size, self.eos_token_ids, cfg.model)
+        if spec.enabled and spec.auto_batch:  # spec.max_batch_size=auto: where speculation pays, measured
+            self.scheduler.spec.set_costs(measure_step_costs(self))
 
     @property
     def tp_size(self) -> int:
@@ -176,8 +177,12 @@ class Engine:
         if self.tp is not None and self.tp.failed is not None:
             raise self.tp.failed
         outs, self._pending = self._pending, []
-        if self.scheduler.spec is not None:  # a step's option tensors have one row per request
-            self.scheduler.spec.paused = bool(self.options)
+        spec = self.scheduler.spec
+        if spec is not None:  # a step's option tensors have one row per request
+            spec.paused = bool(self.options)
+            if self._inflight is not None and spec.may_draft(self.scheduler.num_running):
+                outs += self._complete(*self._inflight)  # drafts need every request's tokens known
+                self._inflight = None
         t = time.perf_counter()
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
@@ -207,7 +212,7 @@ class Engine:
             outs += self._complete(*self._inflight)
             self._inflight = None
         if launched is not None:
-            if self.overlap:
+            if self.overlap and launched[0].batch.drafts is None:  # a verify step settles at once
                 self._inflight = launched
             else:
                 outs += self._complete(*launched)
@@ -234,7 +239,7 @@ class Engine:
         """Run throw-away requests (one prompt of each length that fits, then ``decodes``
         concurrent short ones) so that kernel selection and allocator growth happen before
         timed work, the way a server warms up; then flush the prefix cache, drop their step
-        records and freeze the heap (`heap.settle_heap`: no full garbage collection walks the
+        records and speculation counters and freeze the heap (`heap.settle_heap`: no full garbage collection walks the
         startup objects during serving). Only while idle; returns the seconds it took."""
         if self.has_work():
             raise RuntimeError("warmup() needs an idle engine")
@@ -258,6 +263,8 @@ class Engine:
             self.step()
         self.flush_cache()
         del self.steps[n0:]
+        if self.scheduler.spec is not None:  # the throw-away requests' drafts count for nothing
+            self.scheduler.spec.reset_counters()
         settle_heap()
         return time.perf_counter() - t0
 
@@ -288,7 +295,13 @@ class Engine:
             "steps": len(self.steps),
             "tp_size": self.cfg.tp_size,
             **(self.scheduler.spec.stats() if self.scheduler.spec is not None else {}),
+            **self._spec_cutoff(),
         }
+
+    def _spec_cutoff(self) -> dict[str, float]:
+        """With ``spec.max_batch_size=auto``: the batch size speculation currently stops above."""
+        sp = self.scheduler.spec
+        return {} if sp is None or sp.costs is None else {"spec_max_batch_size": float(sp.max_batch)}
 
     def shutdown(self) -> None:
         """Drain the in-flight step, stop the other tensor-parallel ranks and free device

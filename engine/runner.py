@@ -239,9 +239,10 @@ class ModelRunner:
             counts = fl.inputs.logit_counts
             if counts is not None:  # speculative rows: every row's scored tokens, its last in out
                 ends = np.cumsum(counts)
+                vals = toks.astype(np.int64)
                 fl.verified = [None] * fl.inputs.num_rows
-                for r, v in zip(fl.inputs.emit_rows.tolist(), np.split(toks.astype(np.int64), ends[:-1])):
-                    fl.verified[r] = v
-                toks = toks[ends - 1]
+                for r, a, b in zip(fl.inputs.emit_rows.tolist(), (ends - counts).tolist(), ends.tolist()):
+                    fl.verified[r] = vals[a:b]
+                toks = vals[ends - 1]
             out[fl.inputs.emit_rows] = toks
         return out, duration

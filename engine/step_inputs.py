@@ -164,9 +164,13 @@ def _spec_sampling(reqs, out_pos, emit_rows: np.ndarray, counts: np.ndarray
                    ) -> tuple[SamplingBatch, tuple[np.ndarray, np.ndarray] | None]:
     """Sampling rows and forced tokens of a step whose emitting rows score ``counts`` logits
     rows each: a row's j-th logits row samples its output ``out_pos - counts + 1 + j``."""
-    rows = np.repeat(emit_rows, counts)
     pos = np.repeat(np.asarray(out_pos, dtype=np.int64)[emit_rows] - counts + 1, counts) + _ranges(counts)
-    sampling = SamplingBatch.from_params([reqs[i].params for i in rows.tolist()], pos.tolist())
+    per_row = SamplingBatch.from_params([reqs[i].params for i in emit_rows.tolist()],
+                                        np.zeros(emit_rows.size, np.int64))  # counters: ``pos`` below
+    sampling = SamplingBatch(  # each emitting row's parameters repeated over its logits rows
+        temperature=np.repeat(per_row.temperature, counts), top_k=np.repeat(per_row.top_k, counts),
+        top_p=np.repeat(per_row.top_p, counts), seeds=np.repeat(per_row.seeds, counts), counters=pos,
+        seeded=np.repeat(per_row.seeded_rows, counts))
     forced = _forced(reqs, out_pos, emit_rows)
     if forced is not None:  # a plain row's one logits row is its last
         forced = ((np.cumsum(counts) - 1)[forced[0]], forced[1])

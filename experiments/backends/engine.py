@@ -118,10 +118,15 @@ def device_hardware(eng: Any) -> str:
 def _used_config(eng: Any) -> dict[str, Any]:
     """The engine's config fields of plain types, with what it resolved in their place: its
     loop (``overlap``) and its token-graph cap (``piecewise_max_tokens``, 0 where it captured
-    no token graphs, e.g. on CPU), which the simulator matches (`compare.sim_matching_engine`)."""
+    no token graphs, e.g. on CPU), which the simulator matches (`compare.sim_matching_engine`).
+    With speculation ``overlap`` is false (the simulator's loop then runs a step at a time) and
+    ``spec_overlap`` says whether the engine overlapped its steps that could not speculate."""
     simple = (str, int, float, bool, type(None))
     out = {f.name: getattr(eng.cfg, f.name) for f in fields(eng.cfg) if isinstance(getattr(eng.cfg, f.name), simple)}
-    out["overlap"] = bool(eng.overlap)
+    spec = eng.scheduler.spec is not None
+    out["overlap"] = bool(eng.overlap) and not spec
+    if spec:
+        out["spec_overlap"] = bool(eng.overlap)
     out["piecewise_max_tokens"] = int(eng.plan.piecewise_max_tokens)
     return out
 

@@ -115,12 +115,10 @@ def test_prefix_cache_holds_only_accepted_tokens(tiny_model_dir, prompts, spec_c
     assert outs[1][2] > 0
 
 
-def test_spec_refuses_overlap_and_bad_config(tiny_model_dir):
+def test_spec_refuses_bad_config(tiny_model_dir):
     from twinserve.engine.engine import Engine, EngineConfig
 
     model = str(tiny_model_dir("tiny-llama"))
-    with pytest.raises(ValueError, match="overlap"):
-        Engine(EngineConfig(model=model, device="cpu", overlap=True, spec=SPEC, cpu_kv_tokens=1024))
     with pytest.raises(ValueError, match="unknown spec.method"):
         Engine(EngineConfig(model=model, device="cpu", spec={"method": "eagle", "num_tokens": 2}, cpu_kv_tokens=1024))
 
@@ -267,5 +265,59 @@ def test_draft_checkpoint_pool_pages_are_returned(tiny_model_dir, prompts):
             assert sorted(held + dm._free) == list(range(dm.pool.geom.num_pages))
         dm.prepare([], 3)
         assert len(dm._free) == dm.pool.geom.num_pages
+    finally:
+        eng.shutdown()
+
+
+def test_auto_max_batch_size_measures_the_engine(tiny_model_dir, prompts):
+    """``spec.max_batch_size=auto``: the engine times plain and verify steps at batch 1, 2, 4
+    (max_running 4), leaves no trace of the measurement, sets the cutoff by the rule from those
+    costs, and its greedy output still equals plain decoding."""
+    from twinserve.core.spec_cutoff import spec_batch_cutoff
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    model = tiny_model_dir("tiny-llama")
+    kw = dict(cpu_kv_tokens=4096, scheduler={"max_running": 4})
+    eng = Engine(EngineConfig(model=str(model), device="cpu", spec={**SPEC, "max_batch_size": "auto"}, **kw))
+    try:
+        sp = eng.scheduler.spec
+        assert sorted(sp.costs.decode_s) == [1, 2, 4]
+        assert all(v > 0 for v in (*sp.costs.decode_s.values(), *sp.costs.verify_s.values()))
+        assert eng.steps == [] and sp.num_drafts == 0 and not eng.has_work()
+        assert eng.scheduler.page_counts()[1] == 0
+        assert eng.stats()["spec_max_batch_size"] == spec_batch_cutoff(sp.costs, SPEC["num_tokens"] + 1.0)
+    finally:
+        eng.shutdown()
+    want, _ = _run(model, prompts, GREEDY, **kw)
+    got, _ = _run(model, prompts, GREEDY, {**SPEC, "max_batch_size": "auto"}, **kw)
+    assert got == want
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_overlap_runs_the_steps_that_do_not_speculate(tiny_model_dir, prompts, cap):
+    """With overlap scheduling, steps formed while more than ``spec.max_batch_size`` requests
+    run overlap (a step stays in flight while the next is scheduled), verify steps settle at
+    once; greedy output equals plain decoding and both kinds of step occur."""
+    model = tiny_model_dir("tiny-llama")
+    kw = dict(cpu_kv_tokens=4096, overlap=True)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (12, 40, 20, 30)]
+    want, _ = _run(model, prompts, params, **kw)  # requests end one by one: the batch shrinks
+    got, stats = _run(model, prompts, params, {**SPEC, "max_batch_size": cap}, **kw)
+    assert got == want
+    assert stats["spec_decode_num_drafts"] > 0
+
+
+def test_warmup_leaves_no_speculation_counters(tiny_model_dir):
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(tiny_model_dir("tiny-llama")), device="cpu", spec=SPEC, cpu_kv_tokens=4096))
+    try:
+        sp = eng.scheduler.spec
+        seen: list[int] = []
+        reset = sp.reset_counters
+        sp.reset_counters = lambda: (seen.append(sp.num_drafts), reset())[1]
+        eng.warmup(prompt_lens=(16, 128), decodes=8)
+        assert seen and seen[0] > 0  # the throw-away requests did speculate
+        assert eng.stats()["spec_decode_num_drafts"] == 0 and sp.proposed_len.sum() == 0
     finally:
         eng.shutdown()

@@ -94,3 +94,25 @@ def test_sim_prices_a_draft_models_proposals(make_cfg: Any, tmp_path: Path) -> N
     verify = steps["spec_num_draft_tokens"] > 0
     assert verify.any() and (steps.loc[verify, "cpu_s"] >= 0.01).all() and (steps.loc[~verify, "cpu_s"] < 0.01).all()
     assert runs["priced"]["mean_tpot_ms"] > runs["free"]["mean_tpot_ms"] + 5
+
+
+@pytest.mark.parametrize("spec,overlap,want", [(None, True, {"overlap": True}),
+                                                 (object(), True, {"overlap": False, "spec_overlap": True}),
+                                                 (object(), False, {"overlap": False, "spec_overlap": False})])
+def test_engine_config_records_the_loop_the_simulator_replays(spec: Any, overlap: bool, want: dict) -> None:
+    """With speculation the recorded ``overlap`` is false (the simulator's speculating loop runs a
+    step at a time, and compare sets ``backend.pipeline`` from it); ``spec_overlap`` keeps the
+    engine's own setting."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from twinserve.experiments.backends.engine import _used_config
+
+    @dataclass
+    class Cfg:
+        model: str = "m"
+
+    eng = SimpleNamespace(cfg=Cfg(), overlap=overlap, scheduler=SimpleNamespace(spec=spec),
+                          plan=SimpleNamespace(piecewise_max_tokens=0))
+    got = _used_config(eng)
+    assert {k: got[k] for k in want} == want and ("spec_overlap" in got) == (spec is not None)
