@@ -1,4 +1,4 @@
-"""`twinserve-run`: the Hydra app (config tree in experiments/conf/)."""
+"""`twinserve-run`: the Hydra app (config tree in ``conf/``, `core.conf_path`)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,17 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from twinserve.core.cli_errors import DEBUG_ENV, plain_warnings, report_user_errors, take_debug_flag
+from twinserve.core.conf_path import CONFIG_NAME, conf_dir
 from twinserve.core.config_checks import check_group_options
 from twinserve.experiments.cli_help import help_text
 from twinserve.experiments.run import run_experiment
 
 
-# An absolute path (a file search path, not a Python package): works from a checkout, an
-# editable install and a wheel alike, with no __init__.py in conf/.
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+CONF_DIR = str(conf_dir())
 PROG = "twinserve-run"
 
 
-@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+@hydra.main(config_path=CONF_DIR, config_name=CONFIG_NAME, version_base="1.3")
 def _app(cfg: DictConfig) -> None:
     debug = os.environ.get(DEBUG_ENV) == "1"
     report_user_errors(PROG, debug, lambda: run_experiment(cfg, HydraConfig.get().runtime.output_dir))
@@ -40,7 +39,6 @@ def main() -> None:
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's own traceback, unabridged
     report_user_errors(PROG, debug, lambda: check_group_options(sys.argv[1:], CONF_DIR))
     _app()
-
 
 if __name__ == "__main__":
     main()

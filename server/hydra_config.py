@@ -1,7 +1,7 @@
 """``twinserve-serve``'s configuration: the experiments' Hydra tree plus a ``server`` node.
 
-The tree is composed from ``twinserve/experiments/conf`` (the same one ``twinserve-run`` uses,
-read as files: the server does not import the experiments package) with ``backend=engine``
+The tree is composed from ``twinserve/conf`` (`core.conf_path`, the same one ``twinserve-run``
+uses) with ``backend=engine``
 unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides
 (``server.port=8000 server.queue_limit=64``) set `ServerConfig` fields on top of the tree's own
 ``server`` node if it has one. The engine is configured exactly like the ``engine`` backend:
@@ -12,10 +12,10 @@ unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import fields
 from typing import Any, Mapping
 
+from twinserve.core.conf_path import CONFIG_NAME, conf_dir
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
 from twinserve.core.errors import UserError
@@ -28,13 +28,6 @@ SERVED_NAMES: tuple[NamedKey, ...] = (
     NamedKey("cache.name", "prefix cache", registry_names("twinserve.policies", "CACHE")),
     NamedKey("router", "router", registry_names("twinserve.policies", "ROUTING")),
 )
-
-
-def conf_dir() -> str:
-    spec = importlib.util.find_spec("twinserve.experiments")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("twinserve.experiments is not installed: no config tree to compose")
-    return os.path.join(list(spec.submodule_search_locations)[0], "conf")
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -128,8 +121,8 @@ def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
 
     hydra_ov, server_ov = split_overrides(overrides)
     check_group_options(hydra_ov, conf_dir())
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
-        cfg = _plain(compose(config_name="config", overrides=hydra_ov))
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="twinserve-serve"):
+        cfg = _plain(compose(config_name=CONFIG_NAME, overrides=hydra_ov))
     server_cfg = server_config_from(cfg, server_ov)
     if server_cfg.replica_urls is not None:
         check_names({**cfg, "replicas": 2}, SERVED_NAMES[-1:])  # the proxy always builds its router
