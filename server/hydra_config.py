@@ -1,12 +1,13 @@
-"""``twinserve-serve``'s configuration: the experiments' Hydra tree plus a ``server`` node.
+"""``twinserve-serve``'s configuration: the run config's conf tree plus the `ServerConfig` knobs.
 
 The tree is composed from ``twinserve/conf`` (`core.conf_path`, the same one ``twinserve-run``
-uses) with ``backend=engine``
-unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides
-(``server.port=8000 server.queue_limit=64``) set `ServerConfig` fields on top of the tree's own
-``server`` node if it has one. The engine is configured exactly like the ``engine`` backend:
-``model.path``, ``scheduler`` knobs and name, ``memory``, ``cache``, ``kv``, ``seed``, ``tp``;
-``replicas``, ``router`` and ``router_kwargs`` set how many engine workers serve behind which router.
+uses, validated against `core.conf_schema`) with ``backend=engine`` unless another backend is
+given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides of the schema's ``server``
+keys (``server.port=8000 server.queue_limit=64``) are Hydra overrides; those of the other
+`ServerConfig` fields (``server.max_n=4``) set them on top. The engine is configured exactly
+like the ``engine`` backend: ``model.path``, ``scheduler`` knobs and name, ``memory``,
+``cache``, ``kv``, ``seed``, ``tp``; ``replicas``, ``router`` and ``router_kwargs`` set how many
+engine workers serve behind which router.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import importlib.util
 from dataclasses import fields
 from typing import Any, Mapping
 
-from twinserve.core.conf_path import CONFIG_NAME, conf_dir
+from twinserve.core.conf_compose import compose
+from twinserve.core.conf_path import conf_dir
+from twinserve.core.conf_schema import ServerNode
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
 from twinserve.core.errors import UserError
@@ -31,12 +34,15 @@ SERVED_NAMES: tuple[NamedKey, ...] = (
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra overrides, ``server.*`` assignments without the prefix)."""
+    """(Hydra overrides, ``server.*`` assignments without the prefix): the ``server`` keys of
+    the run config's schema (`core.conf_schema.ServerNode`) are Hydra overrides, validated at
+    composition; the other `ServerConfig` fields are assignments."""
+    in_schema = {f.name for f in fields(ServerNode)}
     hydra_ov: list[str] = []
     server_ov: list[str] = []
     for o in overrides:
         key = o.lstrip("+~")
-        if key.startswith("server."):
+        if key.startswith("server.") and key[len("server."):].split("=")[0].split(".")[0] not in in_schema:
             server_ov.append(key[len("server."):])
         else:
             hydra_ov.append(o)
@@ -117,12 +123,9 @@ def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
     """Compose the tree with ``overrides``; returns (EngineConfig, ServerConfig). With
     ``server.replica_urls`` the server proxies to those URLs: the EngineConfig is None and no
     model is needed."""
-    from hydra import compose, initialize_config_dir
-
     hydra_ov, server_ov = split_overrides(overrides)
     check_group_options(hydra_ov, conf_dir())
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="twinserve-serve"):
-        cfg = _plain(compose(config_name=CONFIG_NAME, overrides=hydra_ov))
+    cfg = _plain(compose(hydra_ov, job_name="twinserve-serve"))
     server_cfg = server_config_from(cfg, server_ov)
     if server_cfg.replica_urls is not None:
         check_names({**cfg, "replicas": 2}, SERVED_NAMES[-1:])  # the proxy always builds its router
