@@ -22,6 +22,7 @@ from twinserve.core.conf_schema import ServerNode
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
 from twinserve.core.errors import UserError
+from twinserve.core.run_config import from_cfg
 from twinserve.server.config import ServerConfig
 
 # The registry names the served engine uses.
@@ -75,10 +76,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     from omegaconf import OmegaConf
 
     known = {f.name for f in fields(ServerConfig)}
-    base = dict(cfg.get("server") or {})
-    base.pop("base_url", None)  # the bench client's target (backend=server), not the listener's
-    base.update(replicas=int(cfg.get("replicas", 1) or 1), router=str(cfg.get("router") or "round_robin"),
-                router_kwargs=dict(cfg.get("router_kwargs") or {}))
+    rc = from_cfg(cfg)
+    base = dict(rc.server, replicas=rc.replicas, router=rc.router, router_kwargs=dict(rc.router_kwargs))
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
     if base.get("replica_urls") is not None:
         base["replica_urls"] = [str(u).rstrip("/") for u in base["replica_urls"]] \
