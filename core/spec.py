@@ -78,12 +78,12 @@ class SpecConfig:
 
     @classmethod
     def of(cls, value: "SpecConfig | Mapping[str, Any] | None") -> "SpecConfig":
-        """A SpecConfig from itself, a mapping of its fields (a run config's ``spec`` node) or
-        None (off); validated. ValueError names unknown keys."""
+        """A SpecConfig from itself, a mapping of its fields (a run config's ``spec`` node; a
+        None value: the field's default) or None (off); validated. ValueError names unknown keys."""
         if isinstance(value, SpecConfig):
             cfg = value
         else:
-            values = dict(value or {})
+            values = {k: v for k, v in dict(value or {}).items() if v is not None}
             unknown = set(values) - {f.name for f in fields(cls)}
             if unknown:
                 raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")

@@ -7,25 +7,7 @@ from typing import Any, Mapping
 
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan
-
-# SchedulerConfig fields the engine decides itself (from the pool).
-ENGINE_OWNED = ("page_size", "num_pages")
-# The `EngineConfig` fields a run config's ``scheduler`` group sets (the pool size comes from
-# ``kv``), with their types: the page size and the graph knobs of `GraphPlan`.
-_OWNED_KNOBS = {"page_size": int, "max_graph_bs": int, "piecewise_max_tokens": int, "token_graph_mode": str,
-                "hybrid_decode_heavy": bool}
-
-
-def split_scheduler_knobs(knobs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run config's ``scheduler`` knobs as (the `EngineConfig` fields the engine owns, set where
-    given and not None, so that the defaults hold otherwise; the other `SchedulerConfig`
-    fields, for ``EngineConfig.scheduler``). Keys of neither kind (the policy's ``name``,
-    ``kwargs``) are left to the caller."""
-    known = {f.name for f in fields(SchedulerConfig)}
-    owned = {k: _OWNED_KNOBS[k](v) for k, v in knobs.items() if k in _OWNED_KNOBS and v is not None}
-    rest = {k: v for k, v in knobs.items() if k in known and k not in ENGINE_OWNED}
-    return owned, rest
-
+from twinserve.core.run_config import from_cfg
 
 @dataclass
 class EngineConfig:
@@ -157,21 +139,23 @@ RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", 
 
 def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any) -> EngineConfig:
     """The `EngineConfig` of a composed run config (`twinserve-run backend=engine` and
-    `twinserve-serve` alike): the ``scheduler`` group through `split_scheduler_knobs` (with
-    ``model.max_model_len`` as the scheduler's), the policies by name, the pool from ``kv``,
-    ``seed``, ``tp`` and the ``backend`` keys of `RUN_BACKEND_KEYS`; ``over`` sets any field last."""
-    sch, model = cfg["scheduler"], cfg["model"]
-    backend, kv = cfg.get("backend") or {}, cfg.get("kv") or {}
-    owned, sched = split_scheduler_knobs(sch)
-    if model.get("max_model_len"):
-        sched["max_model_len"] = int(model["max_model_len"])
+    `twinserve-serve` alike), from its `core.run_config.RunChoices`: the batch knobs (with
+    ``model.max_model_len`` as the scheduler's), the page size and graph knobs where given, the
+    policies, the pool from ``kv``, ``seed``, ``tp``, ``spec``; and the ``backend`` keys of
+    `RUN_BACKEND_KEYS`; ``over`` sets any field last."""
+    rc = from_cfg(cfg)
+    backend = cfg.get("backend") or {}
+    sched = dict(rc.batching)
+    if rc.max_model_len is not None:
+        sched["max_model_len"] = rc.max_model_len
+    owned: dict[str, Any] = {k: type(getattr(DEFAULT_PLAN, k))(v) for k, v in rc.graphs.items()}
+    if rc.page_size_given:
+        owned["page_size"] = rc.page_size
+    pol = rc.policies
     kw: dict[str, Any] = dict(
-        model=str(model_path), **owned, mem_fraction=float(kv.get("mem_fraction", 0.9)),
-        num_pages=kv.get("num_pages"), scheduler=sched, scheduling=str(sch["name"]),
-        memory=str(cfg["memory"]["name"]), cache=str(cfg["cache"]["name"]),
-        scheduling_kwargs=sch.get("kwargs") or {}, memory_kwargs=cfg["memory"].get("kwargs") or {},
-        cache_kwargs=cfg["cache"].get("kwargs") or {}, seed=int(cfg.get("seed", 0)), tp_size=int(cfg.get("tp", 1)),
-        spec=dict(cfg.get("spec") or {}),
-        **{k: backend[k] for k in RUN_BACKEND_KEYS if backend.get(k) is not None})
+        model=str(model_path), **owned, mem_fraction=rc.mem_fraction, num_pages=rc.num_pages, scheduler=sched,
+        scheduling=pol.scheduling, memory=pol.memory, cache=pol.cache, scheduling_kwargs=pol.scheduling_kwargs,
+        memory_kwargs=pol.memory_kwargs, cache_kwargs=pol.cache_kwargs, seed=rc.seed, tp_size=rc.tp,
+        spec=dict(rc.spec), **{k: backend[k] for k in RUN_BACKEND_KEYS if backend.get(k) is not None})
     kw.update(over)
     return EngineConfig(**kw)

@@ -7,10 +7,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from twinserve.core.config import SchedulerConfig, scheduler_default
+from twinserve.core.config import SchedulerConfig
 from twinserve.core.errors import UserError
 from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
+from twinserve.core.run_config import from_cfg
 from twinserve.core.spec import SpecConfig
 from twinserve.core.spec_accept import AcceptanceModel
 from twinserve.core.spec_step import SpecDecoding
@@ -95,28 +96,19 @@ def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
 
 
 def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:
-    """SchedulerConfig from ``cfg.scheduler`` knobs (None: the field's default), ``cfg.kv`` (pool size) and the model's
-    ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
-    knobs = {f.name for f in fields(SchedulerConfig)}
-    values = {k: v for k, v in cfg["scheduler"].items() if k in knobs and v is not None}
-    kv = cfg.get("kv", {})
-    page_size = int(values.get("page_size", scheduler_default("page_size")))
-    num_pages = kv.get("num_pages") or kv_pages(shape, hw, int(cfg.get("tp", 1)), page_size,
-                                                float(kv.get("mem_fraction", 0.9)),
-                                                int(kv.get("dtype_bytes", 2)))
-    values["num_pages"] = int(num_pages)
-    values["max_model_len"] = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
-    sc = SchedulerConfig(**values)
-    sc.validate()
-    return sc
+    """The simulated engine's SchedulerConfig (`RunChoices.scheduler_config`): the pool of
+    ``kv.num_pages`` pages, else the pages the device memory holds (`kv_plan.kv_pages`), and the
+    model's ``max_model_len`` (``model.max_model_len`` or its max_position_embeddings)."""
+    rc = from_cfg(cfg)
+    num_pages = rc.num_pages or kv_pages(shape, hw, rc.tp, rc.page_size, rc.mem_fraction, rc.dtype_bytes)
+    return rc.scheduler_config(num_pages, rc.max_model_len or shape.max_position_embeddings)
 
 
 def graph_plan(cfg: Mapping[str, Any], shape: ModelShape, sc: SchedulerConfig) -> GraphPlan:
-    """The simulated engine's `GraphPlan`: the ``cfg.scheduler`` knobs that name its fields
-    (``max_graph_bs``, ``piecewise_max_tokens``, ``token_graph_mode``, ``hybrid_decode_heavy``),
-    ``sc``'s ``max_running`` and the model's GQA group on one rank (`ModelShape.gqa_group`)."""
-    return GraphPlan.from_knobs(cfg["scheduler"], max_running=sc.max_running,
-                                gqa_group=shape.gqa_group(int(cfg.get("tp", 1))))
+    """The simulated engine's `GraphPlan` (`RunChoices.graph_plan`): ``sc``'s ``max_running`` and
+    the model's GQA group on one rank (`ModelShape.gqa_group`)."""
+    rc = from_cfg(cfg)
+    return rc.graph_plan(sc.max_running, shape.gqa_group(rc.tp))
 
 
 def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False) -> Callable[[], Any]:
@@ -126,15 +118,16 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
     from twinserve.policies.factory import build_scheduler
 
     spec, accept = sim_speculation(cfg)
+    rc = from_cfg(cfg)
+    pol = rc.policies
     made: list[Any] = []
 
     def make() -> Any:
         s = build_scheduler(
             SchedulerConfig(**{f.name: getattr(sc, f.name) for f in fields(SchedulerConfig)}),
-            scheduling=str(cfg["scheduler"]["name"]), memory=str(cfg["memory"]["name"]),
-            cache=str(cfg["cache"]["name"]), scheduling_kwargs=cfg["scheduler"].get("kwargs") or {},
-            memory_kwargs=cfg["memory"].get("kwargs") or {}, cache_kwargs=cfg["cache"].get("kwargs") or {},
-            eos_token_ids=cfg["model"].get("eos_token_ids") or (), checked=checked)
+            scheduling=pol.scheduling, memory=pol.memory, cache=pol.cache,
+            scheduling_kwargs=pol.scheduling_kwargs, memory_kwargs=pol.memory_kwargs,
+            cache_kwargs=pol.cache_kwargs, eos_token_ids=rc.eos_token_ids, checked=checked)
         if accept is not None:
             s.spec = SpecDecoding(spec, accept.propose, hinted=True)
             s.spec.draft_step_s = accept.draft_step_s
@@ -147,11 +140,11 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
 
 def sim_speculation(cfg: Mapping[str, Any]) -> tuple[SpecConfig, AcceptanceModel | None]:
     """The run's ``spec`` node and, when speculation is on, the simulator's acceptance model."""
-    node = dict(plain(cfg.get("spec")) or {})
-    spec = SpecConfig.of(node)
+    rc = from_cfg(plain(cfg))
+    spec = SpecConfig.of(rc.spec)
     if not spec.enabled:
         return spec, None
-    return spec, AcceptanceModel.from_config(node, spec.num_tokens, int(cfg.get("seed", 0)))
+    return spec, AcceptanceModel.from_config(rc.spec, spec.num_tokens, rc.seed)
 
 
 class CalibrationMismatchWarning(UserWarning):

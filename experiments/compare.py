@@ -177,13 +177,10 @@ def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None =
 
 
 def compose_config(overrides: Sequence[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    from twinserve.experiments.app import CONF_DIR
+    from twinserve.core.conf_compose import compose
 
     _launcher_stub()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return compose(overrides)
 
 
 def _launcher_stub(force: bool = False) -> None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from twinserve.core.metrics import format_summary, summarize
+from twinserve.core.run_config import from_cfg
 from twinserve.experiments.backends import BACKENDS, BackendResult, RunContext
 from twinserve.experiments.build import (CalibrationMismatchWarning, build_workload, hardware_spec, plain,
                                          resolve_model, scheduler_config)
@@ -47,11 +48,12 @@ def _progress(setting: Any) -> bool:
 
 def run_metadata(cfg: Mapping[str, Any], ctx: RunContext, workload: Any) -> dict[str, Any]:
     """The facts of a run that identify it (identical for identical configs)."""
+    rc = from_cfg(cfg)
     return {
         "backend": cfg["backend"]["name"], "model": ctx.shape.name, "hardware": ctx.hardware.name,
-        "tp": cfg.get("tp", 1), "replicas": cfg.get("replicas", 1), "router": cfg.get("router"),
-        "scheduler": cfg["scheduler"]["name"], "memory": cfg["memory"]["name"],
-        "cache": cfg["cache"]["name"], "seed": cfg.get("seed", 0),
+        "tp": rc.tp, "replicas": rc.replicas, "router": rc.router,
+        "scheduler": rc.policies.scheduling, "memory": rc.policies.memory,
+        "cache": rc.policies.cache, "seed": rc.seed,
         "workload": {"name": cfg["workload"]["name"], "label": workload.name, **workload.stats()},
     }
 
@@ -81,8 +83,9 @@ def write_outputs(out_dir: Path, result: BackendResult, summary: dict[str, Any])
 
 
 def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> dict[str, Any]:
-    """Build the workload and the backend from ``cfg_node`` (a DictConfig or a plain mapping),
-    run it, write the three files into ``out_dir``, print the summary table, return the summary.
+    """Build the workload and the backend from ``cfg_node`` (a composed run config, as a
+    DictConfig or its plain container), run it, write the three files into ``out_dir``, print
+    the summary table, return the summary.
 
     summary.json: the vLLM benchmark keys of `core.metrics.summarize` at top level, ``run`` (what
     ran: backend, model, hardware, policies, workload; plus backend facts such as the cost model),
@@ -98,18 +101,19 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     cfg = plain(cfg_node)
     check_config(cfg)
     out = Path(out_dir)
+    rc = from_cfg(cfg)
     model = resolve_model(cfg["model"])
     shape = model.shape
-    check_tp(int(cfg.get("tp", 1)), shape)
+    check_tp(rc.tp, shape)
     hw = hardware_spec(cfg["hardware"])
-    ctx = RunContext(cfg, shape, hw, out, _progress(cfg.get("progress")))
+    ctx = RunContext(cfg, shape, hw, out, _progress(cfg["progress"]))
     workload = build_workload(cfg["workload"], shape.vocab_size)
     for line in filter_lines(workload):
         print(line, file=sys.stderr)
-    if (cfg.get("kv") or {}).get("num_pages"):
+    if rc.num_pages:
         sc = scheduler_config(cfg, shape, hw)
         check_kv_fits(sc.num_pages, sc.page_size, workload.prompt_lens, workload.output_lens)
-    max_len = int(cfg["model"].get("max_model_len") or shape.max_position_embeddings)
+    max_len = rc.max_model_len or shape.max_position_embeddings
     over = workload.over_long(max_len)
     if over:
         print(f"[twinserve] {len(over)} request(s) exceed max_model_len={max_len} and are not run "
@@ -117,7 +121,7 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
     backend = backend if backend is not None else BACKENDS.create(str(cfg["backend"]["name"]))
     result = backend.run(ctx, workload)
     no_request_ran(len(workload), result.rejected)
-    slo = cfg.get("slo") or {}
+    slo = cfg["slo"]
     summary: dict[str, Any] = summarize(result.requests, slo_ttft_ms=slo.get("ttft_ms"),
                                         slo_tpot_ms=slo.get("tpot_ms"), slo_e2e_ms=slo.get("e2e_ms"))
     summary["run"] = cost_facts({**run_metadata(cfg, ctx, workload), **result.meta}, model.mismatch)
@@ -130,7 +134,7 @@ def run_experiment(cfg_node: Any, out_dir: str | Path, backend: Any = None) -> d
                            "first": [{"rid": r, "reason": why} for r, why in result.rejected[:10]]}
     summary["timing"] = {**result.timing, "run_wall_s": time.perf_counter() - t0}
     write_outputs(out, result, summary)
-    if cfg.get("print_summary", True):
+    if cfg["print_summary"]:
         print(run_header(summary["run"]))
         title = f"{summary['run']['backend']}: {shape.name} on {summary['run']['hardware']}, {workload.name}"
         print(format_summary(_numbers_only(summary), title=title[:48]))

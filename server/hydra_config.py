@@ -1,24 +1,28 @@
-"""``twinserve-serve``'s configuration: the experiments' Hydra tree plus a ``server`` node.
+"""``twinserve-serve``'s configuration: the run config's conf tree plus the `ServerConfig` knobs.
 
-The tree is composed from ``twinserve/experiments/conf`` (the same one ``twinserve-run`` uses,
-read as files: the server does not import the experiments package) with ``backend=engine``
-unless another backend is given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides
-(``server.port=8000 server.queue_limit=64``) set `ServerConfig` fields on top of the tree's own
-``server`` node if it has one. The engine is configured exactly like the ``engine`` backend:
-``model.path``, ``scheduler`` knobs and name, ``memory``, ``cache``, ``kv``, ``seed``, ``tp``;
-``replicas``, ``router`` and ``router_kwargs`` set how many engine workers serve behind which router.
+The tree is composed from ``twinserve/conf`` (`core.conf_path`, the same one ``twinserve-run``
+uses, validated against `core.conf_schema`) with ``backend=engine`` unless another backend is
+given, so ``backend.device=cpu`` etc. apply. ``server.*`` overrides of the schema's ``server``
+keys (``server.port=8000 server.queue_limit=64``) are Hydra overrides; those of the other
+`ServerConfig` fields (``server.max_n=4``) set them on top. The engine is configured exactly
+like the ``engine`` backend: ``model.path``, ``scheduler`` knobs and name, ``memory``,
+``cache``, ``kv``, ``seed``, ``tp``; ``replicas``, ``router`` and ``router_kwargs`` set how many
+engine workers serve behind which router.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import fields
 from typing import Any, Mapping
 
+from twinserve.core.conf_compose import compose
+from twinserve.core.conf_path import conf_dir
+from twinserve.core.conf_schema import ServerNode
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
                                           registry_names)
 from twinserve.core.errors import UserError
+from twinserve.core.run_config import from_cfg
 from twinserve.server.config import ServerConfig
 
 # The registry names the served engine uses.
@@ -30,20 +34,16 @@ SERVED_NAMES: tuple[NamedKey, ...] = (
 )
 
 
-def conf_dir() -> str:
-    spec = importlib.util.find_spec("twinserve.experiments")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("twinserve.experiments is not installed: no config tree to compose")
-    return os.path.join(list(spec.submodule_search_locations)[0], "conf")
-
-
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra overrides, ``server.*`` assignments without the prefix)."""
+    """(Hydra overrides, ``server.*`` assignments without the prefix): the ``server`` keys of
+    the run config's schema (`core.conf_schema.ServerNode`) are Hydra overrides, validated at
+    composition; the other `ServerConfig` fields are assignments."""
+    in_schema = {f.name for f in fields(ServerNode)}
     hydra_ov: list[str] = []
     server_ov: list[str] = []
     for o in overrides:
         key = o.lstrip("+~")
-        if key.startswith("server."):
+        if key.startswith("server.") and key[len("server."):].split("=")[0].split(".")[0] not in in_schema:
             server_ov.append(key[len("server."):])
         else:
             hydra_ov.append(o)
@@ -76,10 +76,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
     from omegaconf import OmegaConf
 
     known = {f.name for f in fields(ServerConfig)}
-    base = dict(cfg.get("server") or {})
-    base.pop("base_url", None)  # the bench client's target (backend=server), not the listener's
-    base.update(replicas=int(cfg.get("replicas", 1) or 1), router=str(cfg.get("router") or "round_robin"),
-                router_kwargs=dict(cfg.get("router_kwargs") or {}))
+    rc = from_cfg(cfg)
+    base = dict(rc.server, replicas=rc.replicas, router=rc.router, router_kwargs=dict(rc.router_kwargs))
     base.update(_plain(OmegaConf.from_dotlist(assignments)))
     if base.get("replica_urls") is not None:
         base["replica_urls"] = [str(u).rstrip("/") for u in base["replica_urls"]] \
@@ -124,12 +122,9 @@ def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:
     """Compose the tree with ``overrides``; returns (EngineConfig, ServerConfig). With
     ``server.replica_urls`` the server proxies to those URLs: the EngineConfig is None and no
     model is needed."""
-    from hydra import compose, initialize_config_dir
-
     hydra_ov, server_ov = split_overrides(overrides)
     check_group_options(hydra_ov, conf_dir())
-    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="twinserve-serve"):
-        cfg = _plain(compose(config_name="config", overrides=hydra_ov))
+    cfg = _plain(compose(hydra_ov, job_name="twinserve-serve"))
     server_cfg = server_config_from(cfg, server_ov)
     if server_cfg.replica_urls is not None:
         check_names({**cfg, "replicas": 2}, SERVED_NAMES[-1:])  # the proxy always builds its router

@@ -7,12 +7,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from twinserve.core.config import scheduler_default
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.policies import ROUTING
 from twinserve.server.routed_prefixes import RoutedPrefixes
 
-DEFAULT_PAGE_SIZE = 16  # the prefix index's granularity when an engine reports no page size
+DEFAULT_PAGE_SIZE = scheduler_default("page_size")  # the prefix index's granularity when none is given
 
 
 class RemoteReplica:

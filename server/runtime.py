@@ -23,6 +23,7 @@ import socket
 import time
 from typing import Any
 
+from twinserve.core.config import scheduler_default
 from twinserve.server.config import ServerConfig
 from twinserve.server.detokenizer_worker import DetokenizerWorkerConfig
 from twinserve.server.engine_worker import EngineWorkerConfig
@@ -86,9 +87,10 @@ def serve(engine_cfg: Any, server_cfg: ServerConfig, ready_file: str | None = No
         vocab = _vocab_size(info, model_dir, 0)
         if vocab <= 0:
             raise RuntimeError("could not determine the model's vocabulary size (no config.json)")
+        page_size = int(info.get("page_size", scheduler_default("page_size")))  # engines without a scheduler report none
         tok = sup.start("tokenizer", 0, "twinserve.server.tokenizer_worker:run",
                         TokenizerWorkerConfig(tok_path, int(info["max_model_len"]), vocab, n, server_cfg.router,
-                                              dict(server_cfg.router_kwargs), int(info.get("page_size", 16))))
+                                              dict(server_cfg.router_kwargs), page_size))
         sup.wait_ready([tok, det], server_cfg.startup_timeout_s)
         print(f"twinserve: {n} engine{'s' if n > 1 else ''} ready in {t1 - t0:.1f} s, tokenizer and "
               f"detokenizer {time.perf_counter() - t1:.1f} s later", flush=True)

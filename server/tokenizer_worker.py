@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Generator
 
+from twinserve.core.config import scheduler_default
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
 from twinserve.server.messages import (AbortRequest, EngineStats, ErrorReply, GenerateRequest, ReplicaDown,
                                        TokenizeRequest)
@@ -41,7 +42,7 @@ class TokenizerWorkerConfig:
     replicas: int = 1
     router: str = "round_robin"
     router_kwargs: dict[str, Any] = field(default_factory=dict)
-    page_size: int = 16
+    page_size: int = scheduler_default("page_size")
 
 
 class RequestError(ValueError):

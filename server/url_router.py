@@ -9,13 +9,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from twinserve.core.config import scheduler_default
 from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.policies import ROUTING
 from twinserve.server.probe_backoff import PROBE_FIRST_S, PROBE_MAX_S, ProbeBackoff
 from twinserve.server.routed_prefixes import RoutedPrefixes
 
-URL_PAGE_SIZE = 16  # the prefix index's granularity (the servers' page size is not known here)
+URL_PAGE_SIZE = scheduler_default("page_size")  # the prefix index's granularity (the servers' is not known here)
 URL_INDEX_PAGES = 1 << 16  # pages each server's prefix index keeps
 
 

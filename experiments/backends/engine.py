@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 
 from twinserve.core.metrics import requests_frame
+from twinserve.core.run_config import from_cfg
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
-from twinserve.experiments.build import plain
 
 
 def steps_frame(records: list[Any]) -> pd.DataFrame:
@@ -43,7 +43,7 @@ class EngineBackend(Backend):
         self.engine = engine
 
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
-        if int(ctx.cfg.get("replicas", 1) or 1) > 1:
+        if from_cfg(ctx.cfg).replicas > 1:
             return self._run_cluster(ctx, workload)
         from twinserve.engine.replay import replay_workload
 
@@ -54,7 +54,7 @@ class EngineBackend(Backend):
         try:
             # speculation needs the model's own tokens: the trace's answers are not forced then
             reqs, records = replay_workload(eng.cfg, workload, progress=ctx.progress,
-                                            warmup=bool(b.get("warmup", True)), engine=eng,
+                                            warmup=bool(b["warmup"]), engine=eng,
                                             answers=eng.scheduler.spec is None)
             meta = {"hardware": device_hardware(eng), "engine_config": _used_config(eng)}
             if eng.scheduler.spec is not None:
@@ -72,9 +72,10 @@ class EngineBackend(Backend):
         if self.engine is not None:
             raise ValueError("an EngineBackend built with one engine runs replicas=1 only")
         cfg, b = ctx.cfg, ctx.cfg["backend"]
-        router = ROUTING.create(str(cfg.get("router", "round_robin")), **dict(plain(cfg.get("router_kwargs")) or {}))
+        rc = from_cfg(cfg)
+        router = ROUTING.create(rc.router, **dict(rc.router_kwargs))
         base = engine_config(ctx)
-        placement = place_replicas(base.device, int(cfg["replicas"]), base.tp_size, shared_ok=True)
+        placement = place_replicas(base.device, rc.replicas, base.tp_size, shared_ok=True)
         devices = placement.devices
         engines: list[Any] = []
         try:
@@ -82,7 +83,7 @@ class EngineBackend(Backend):
             for c in replica_configs(base, placement, engines[0].sched_config.num_pages)[1:]:
                 engines.append(Engine(c))
             out = replay_cluster(engines, router, workload, progress=ctx.progress,
-                                 warmup=bool(b.get("warmup", True)))
+                                 warmup=bool(b["warmup"]))
             meta = {"hardware": device_hardware(engines[0]), "engine_config": _used_config(engines[0]),
                     "replica_devices": devices, "replicas_share_gpu": placement.shared,
                     "replica_num_pages": [int(e.sched_config.num_pages) for e in engines]}
@@ -139,7 +140,7 @@ def engine_config(ctx: RunContext) -> Any:
 
     cfg, b = ctx.cfg, ctx.cfg["backend"]
     model_path = cfg["model"].get("path")
-    load_format = str(b.get("load_format", "safetensors"))
+    load_format = str(b["load_format"])
     if not model_path:
         mdir = ctx.out_dir / "model"
         mdir.mkdir(parents=True, exist_ok=True)

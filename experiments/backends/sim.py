@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from twinserve.core.errors import UserError
+from twinserve.core.run_config import from_cfg
 from twinserve.core.spec_step import combined_stats
 from twinserve.core.workload import Workload
 from twinserve.experiments.backends.base import BACKENDS, Backend, BackendResult, RunContext
-from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, graph_plan, plain,
+from twinserve.experiments.build import (CalibrationMismatchWarning, cost_model, graph_plan,
                                          scheduler_config, scheduler_factory, sim_speculation,
                                          token_graph_mismatch)
 from twinserve.simulator import SimConfig, simulate
@@ -25,7 +26,8 @@ class SimBackend(Backend):
 
     def run(self, ctx: RunContext, workload: Workload) -> BackendResult:
         cfg, b = ctx.cfg, ctx.cfg["backend"]
-        tp = int(cfg.get("tp", 1))
+        rc = from_cfg(cfg)
+        tp = rc.tp
         sc = scheduler_config(cfg, ctx.shape, ctx.hardware)
         plan = graph_plan(cfg, ctx.shape, sc)
         choice = cost_model(cfg["cost_model"], ctx.shape, ctx.hardware, tp)
@@ -34,22 +36,19 @@ class SimBackend(Backend):
             warnings.warn(mismatch, CalibrationMismatchWarning, stacklevel=2)
         # speculation: one step at a time, as the engine runs it (no overlap, no decode stretches)
         spec_on = sim_speculation(cfg)[0].enabled
-        if spec_on and bool(b.get("pipeline", False)):
+        if spec_on and bool(b["pipeline"]):
             raise UserError("speculative decoding runs without overlap: leave backend.pipeline false",
                             key="backend.pipeline")
         sim_cfg = SimConfig(
-            replicas=int(cfg.get("replicas", 1)), router=str(cfg.get("router", "round_robin")),
-            router_kwargs=dict(plain(cfg.get("router_kwargs")) or {}),
-            fast_forward=bool(b.get("fast_forward", True)) and not spec_on,
-            check_invariants=bool(b.get("check_invariants", False)), noise=bool(b.get("noise", False)),
-            seed=int(cfg.get("seed", 0)), keep_steps=bool(b.get("keep_steps", True)),
-            max_stretch=int(b.get("max_stretch", 4096)), progress=ctx.progress,
-            pipeline=bool(b.get("pipeline", False)),
-            lag_arrivals=_lag(b.get("lag_arrivals", "auto"), choice.model.batch_ahead) and not spec_on,
-            host_speed=_host_speed(b.get("host_speed_from"), choice.model, bool(b.get("pipeline", False)))
-            or _host_episodes(b.get("host_episodes", "auto"), choice.model, bool(b.get("pipeline", False)),
-                              workload, int(cfg.get("seed", 0))),
-            plan=plan, share_device=bool(b.get("share_gpu", False)))
+            replicas=rc.replicas, router=rc.router, router_kwargs=dict(rc.router_kwargs),
+            fast_forward=bool(b["fast_forward"]) and not spec_on,
+            check_invariants=bool(b["check_invariants"]), noise=bool(b["noise"]),
+            seed=rc.seed, keep_steps=bool(b["keep_steps"]), max_stretch=int(b["max_stretch"]),
+            progress=ctx.progress, pipeline=bool(b["pipeline"]),
+            lag_arrivals=_lag(b["lag_arrivals"], choice.model.batch_ahead) and not spec_on,
+            host_speed=_host_speed(b["host_speed_from"], choice.model, bool(b["pipeline"]))
+            or _host_episodes(b["host_episodes"], choice.model, bool(b["pipeline"]), workload, rc.seed),
+            plan=plan, share_device=bool(b["share_gpu"]))
         make = scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants)
         res = simulate(workload, make, choice.model, sim_cfg)
         steps = res.steps
@@ -65,7 +64,7 @@ class SimBackend(Backend):
                 "num_pages": sc.num_pages, "page_size": sc.page_size,
                 "max_model_len": sc.max_model_len, "loop": "pipelined" if sim_cfg.pipeline else "plain",
                 "lag_arrivals": sim_cfg.lag_arrivals and not sim_cfg.pipeline,
-                "host_episodes": sim_cfg.host_speed is not None and not b.get("host_speed_from"),
+                "host_episodes": sim_cfg.host_speed is not None and not b["host_speed_from"],
                 "replicas_share_gpu": sim_cfg.share_device, **stats,
                 **spec_meta}
         return BackendResult(res.requests, steps, res.rejected, meta, timing)

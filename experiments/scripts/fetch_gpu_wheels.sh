@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here (not on the GPU host), from the repository root: download into .whl/ (ignored by git) every
 # wheel the GPU host lacks: ../shared/gpu/wheelhouse.sh's list plus Hydra's joblib launcher, which
-# experiments/conf/config.yaml selects, and pytest (the GPU test stage of engine/scripts/gpu_suite.sh). Then carry ".whl" (and ".fik", FlashInfer kernels saved by
+# conf/config.yaml selects, and pytest (the GPU test stage of engine/scripts/gpu_suite.sh). Then carry ".whl" (and ".fik", FlashInfer kernels saved by
 # engine/scripts/gpu_suite.sh save-kernels, if you have them) in the device tool's `carry`.
 set -euo pipefail
 ../shared/gpu/wheelhouse.sh

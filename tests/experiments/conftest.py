@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from twinserve.experiments.app import CONF_DIR
+from twinserve.core.conf_compose import compose
 
 SMALL = ["workload.num_requests=40", "print_summary=false", "progress=false"]
 
@@ -15,7 +14,6 @@ SMALL = ["workload.num_requests=40", "print_summary=false", "progress=false"]
 @pytest.fixture
 def make_cfg() -> Callable[..., Any]:
     def make(*overrides: str) -> Any:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=[*SMALL, *overrides])
+        return compose([*SMALL, *overrides])
 
     return make

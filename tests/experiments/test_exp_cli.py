@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from twinserve.core.conf_path import conf_dir
+
 RUN = [sys.executable, "-m", "twinserve.experiments.app"]
-CONF = Path(__file__).resolve().parents[2] / "experiments" / "conf"
+CONF = conf_dir()
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from twinserve.core.conf_path import conf_dir
 from twinserve.core.model_shapes import get_shape
 
 RUN = [sys.executable, "-m", "twinserve.experiments.app"]
@@ -87,6 +89,30 @@ def test_an_unknown_group_option_lists_the_options(tmp_path: Path) -> None:
     assert "scheduler=nope" in err
 
 
+@pytest.mark.parametrize("override, says", [
+    ("kv.mem_fracton=0.5", "Key 'mem_fracton' not in 'KvNode'"),
+    ("backend.fast_forwrd=false", "Key 'fast_forwrd' not in 'SimBackendNode'"),
+    ("tp=two", "tp=two: Value 'two' of type 'str' could not be converted to Integer"),
+    ("spec.num_tokens=many", "spec.num_tokens=many"),
+    ("backend.pipeline=maybe", "'maybe' is not a valid bool"),
+])
+def test_a_typo_or_a_wrong_type_fails_at_composition(override: str, says: str, tmp_path: Path) -> None:
+    err = user_error(RUN, override, *SMALL, cwd=tmp_path)
+    assert says in err, err
+    assert not (tmp_path / "out").exists()
+    err = user_error(RUN, "-m", "tp=1,two", cwd=tmp_path)  # each value of a sweep
+    assert "tp=two" in err
+
+
+def test_a_typo_in_a_conf_file_fails_at_composition(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    shutil.copytree(conf_dir(), conf)
+    text = (conf / "config.yaml").read_text()
+    (conf / "config.yaml").write_text(text.replace("  dtype_bytes: 2", "  dtype_byte: 2"))
+    err = user_error(RUN, "-cp", str(conf), *SMALL, cwd=tmp_path)
+    assert "Key 'dtype_byte' not in 'KvNode'" in err, err
+
+
 @pytest.mark.parametrize("name, expected", [
     ("wrong_columns.csv", ["no column arrived_at", "its columns: time, prompt, output"]),
     ("non_numeric.csv", ["line 4", "column num_prefill_tokens", "'lots' is not a number"]),
@@ -154,6 +180,10 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     assert "router=nope" in err and "known: cache_aware" in err
     err = user_error(SERVE, f"model.path={model}", "server.nope=1", cwd=tmp_path)
     assert "unknown server keys ['nope']" in err
+    err = user_error(SERVE, f"model.path={model}", "server.port=http", cwd=tmp_path)
+    assert "server.port=http: Value 'http' of type 'str' could not be converted to Integer" in err
+    err = user_error(SERVE, f"model.path={model}", "kv.mem_fracton=0.5", cwd=tmp_path)
+    assert "Key 'mem_fracton' not in 'KvNode'" in err
     no_torch = [sys.executable, "-c", NO_TORCH.format(prog="twinserve-serve", module="twinserve.server.launch")]
     p = run(no_torch, f"model.path={model}", cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "install the 'engine,server' extras" in p.stderr

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from twinserve.core.conf_path import conf_dir
 from twinserve.experiments.report.frame import build_frame
 
-CONF = Path(__file__).resolve().parents[2] / "experiments" / "conf"
+CONF = conf_dir()
 
 pytestmark = pytest.mark.slow
 

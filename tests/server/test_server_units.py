@@ -159,9 +159,13 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     from twinserve.core.model_shapes import get_shape
     from twinserve.server.hydra_config import engine_config_from
 
-    cfg = {"model": {"path": "/m"}, "scheduler": {"name": "fcfs", "max_running": 8}, "memory": {"name": "on_demand"},
-           "cache": {"name": "radix"}, "backend": {"device": "cpu", "cpu_kv_tokens": 4096, "overlap": None,
-                                                   "fast_plan": False}}
+    from omegaconf import OmegaConf
+
+    from twinserve.core.conf_compose import compose
+
+    cfg = OmegaConf.to_container(compose(["backend=engine", "model.path=/m", "scheduler.max_running=8",
+                                          "backend.device=cpu", "backend.cpu_kv_tokens=4096",
+                                          "backend.fast_plan=false"]), resolve=True)
     e = engine_config_from(cfg)
     assert (e.model, e.device, e.cpu_kv_tokens, e.overlap, e.scheduler["max_running"]) == ("/m", "cpu", 4096, None, 8)
     assert e.fast_plan is False

@@ -1,0 +1,40 @@
+"""`core.run_config.from_cfg` reads a composed run config once into typed records that the
+simulator, the engine and the server all build their configs from."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from omegaconf import OmegaConf
+
+from twinserve.core.conf_compose import compose
+from twinserve.core.config import SchedulerConfig
+from twinserve.core.graph_plan import DEFAULT_PLAN
+from twinserve.core.run_config import POOL_FIELDS, from_cfg
+
+
+def composed(*overrides: str) -> dict:
+    return OmegaConf.to_container(compose(list(overrides)), resolve=True)
+
+
+def test_the_default_run_takes_the_trees_knobs_and_the_dataclasses_defaults() -> None:
+    rc = from_cfg(composed())
+    assert set(rc.batching) == {f.name for f in fields(SchedulerConfig)} - {*POOL_FIELDS, "page_size"}
+    assert rc.page_size == SchedulerConfig().page_size and not rc.page_size_given
+    assert rc.graphs == {}  # every graph knob null: GraphPlan's defaults hold
+    assert rc.graph_plan(max_running=7, gqa_group=4) == DEFAULT_PLAN.__class__(max_running=7, gqa_group=4)
+    assert (rc.policies.scheduling, rc.policies.memory, rc.policies.cache) == ("fcfs", "on_demand", "radix")
+    assert rc.max_model_len is None and rc.num_pages is None and "base_url" not in rc.server
+
+
+def test_every_knob_given_reaches_the_typed_configs() -> None:
+    rc = from_cfg(composed("scheduler=vtc", "scheduler.max_running=12", "scheduler.page_size=32",
+                           "scheduler.piecewise_max_tokens=1024", "kv.mem_fraction=0.5", "kv.num_pages=99",
+                           "model.max_model_len=4096", "cache=none", "tp=2", "replicas=3", "router=least_loaded"))
+    sc = rc.scheduler_config(num_pages=99, max_model_len=4096)
+    assert (sc.max_running, sc.page_size, sc.num_pages, sc.max_model_len) == (12, 32, 99, 4096)
+    assert rc.page_size_given and rc.graphs == {"piecewise_max_tokens": 1024}
+    assert rc.graph_plan(sc.max_running, 1).piecewise_max_tokens == 1024
+    assert rc.policies.scheduling_kwargs == {"input_weight": 1.0, "output_weight": 2.0}
+    assert (rc.mem_fraction, rc.num_pages, rc.max_model_len, rc.tp, rc.replicas, rc.router) == \
+        (0.5, 99, 4096, 2, 3, "least_loaded")
