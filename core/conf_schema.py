@@ -105,7 +105,7 @@ class SpecNode:
     method: str = MISSING
     num_tokens: int = MISSING
     draft: str = MISSING
-    max_batch_size: int = MISSING
+    max_batch_size: Any = MISSING   # a batch size (0: no limit) or auto
     acceptance: Any = MISSING       # a rate, or one rate per proposed position
     acceptance_file: str = MISSING
     ngram_min: Optional[int] = None

@@ -58,3 +58,9 @@ def test_the_spec_keys_the_tree_leaves_out_take_spec_configs_defaults() -> None:
     assert node["ngram_max"] is None
     spec = SpecConfig.of(node)
     assert (spec.ngram_min, spec.ngram_max) == (2, SpecConfig().ngram_max)
+
+
+@pytest.mark.parametrize("value, stored", [("auto", -1), ("8", 8), ("0", 0)])
+def test_spec_max_batch_size_takes_a_size_or_auto(value: str, stored: int) -> None:
+    node = OmegaConf.to_container(compose(["spec.method=ngram", "spec.num_tokens=4", f"spec.max_batch_size={value}"]).spec)
+    assert SpecConfig.of(node).max_batch_size == stored
