@@ -11,6 +11,7 @@ set -u
 OUT_DIR=${1:?usage: gpu_spec_compare.sh OUTDIR MODEL_DIR}; MODEL=${2:?model dir}
 NAME=$(basename "$MODEL"); WORK=runs/spec_cmp
 mkdir -p "$OUT_DIR/cal" "$WORK"
+CAL=$(cd "$OUT_DIR/cal" && pwd)
 timeout $((${CAL_BUDGET:-90} + 120)) python3 -m twinserve.experiments.calibrate --model "$MODEL" --device cuda \
   --budget-s "${CAL_BUDGET:-90}" --gpu h200 --steps-out "$WORK/profile_steps.parquet" \
   --out "$OUT_DIR/cal/h200_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1
@@ -19,7 +20,7 @@ for w in code_edit questions; do
   for r in ${RATES:-4 16}; do
     timeout 150 python3 -m twinserve.experiments.compare --out "$WORK/${w}_$r" model.path="$MODEL" hardware=h200 \
       workload=$w workload.rate=$r workload.num_requests=${REQUESTS:-128} spec.method=ngram spec.num_tokens=4 \
-      "cost_model.calibration_dirs=[$PWD/$OUT_DIR/cal]" $([ $w = code_edit ] && echo workload.max_output=256) \
+      "cost_model.calibration_dirs=[$CAL]" $([ $w = code_edit ] && echo workload.max_output=256) \
       > "$WORK/${w}_$r.log" 2>&1
     cp "$WORK/${w}_$r/compare.md" "$OUT_DIR/cmp_${w}_$r.md" 2>/dev/null || tail -3 "$WORK/${w}_$r.log"
     grep -E "TTFT mean|TPOT mean|output throughput" "$OUT_DIR/cmp_${w}_$r.md" 2>/dev/null | sed "s/^/$w $r /"
