@@ -295,10 +295,10 @@ class Engine:
             "steps": len(self.steps),
             "tp_size": self.cfg.tp_size,
             **(self.scheduler.spec.stats() if self.scheduler.spec is not None else {}),
-            **self._spec_cutoff(),
+            **self.spec_cutoff(),
         }
 
-    def _spec_cutoff(self) -> dict[str, float]:
+    def spec_cutoff(self) -> dict[str, float]:
         """With ``spec.max_batch_size=auto``: the batch size speculation currently stops above."""
         sp = self.scheduler.spec
         return {} if sp is None or sp.costs is None else {"spec_max_batch_size": float(sp.max_batch)}

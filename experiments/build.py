@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -144,7 +145,30 @@ def sim_speculation(cfg: Mapping[str, Any]) -> tuple[SpecConfig, AcceptanceModel
     spec = SpecConfig.of(rc.spec)
     if not spec.enabled:
         return spec, None
+    if spec.auto_batch:
+        cut = measured_spec_cutoff(rc.spec.get("acceptance_file"))
+        if cut < 1:  # the engine measured that speculation pays at no batch size
+            return SpecConfig(), None
+        spec = replace(spec, max_batch_size=0 if math.isinf(cut) else int(cut))
     return spec, AcceptanceModel.from_config(rc.spec, spec.num_tokens, rc.seed)
+
+
+def measured_spec_cutoff(path: str | None) -> float:
+    """``spec.max_batch_size=auto`` on the simulator: the cutoff the engine found, the
+    ``spec_max_batch_size`` of ``spec.acceptance_file`` (an engine run's summary.json; infinite:
+    no limit); UserError without one, as the simulator has no steps of its own to measure."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = json.loads(Path(str(path)).read_text())
+        except (OSError, ValueError):
+            data = {}
+    cut = data.get("spec", data).get("spec_max_batch_size")
+    if cut is None:
+        raise UserError("spec.max_batch_size=auto on the simulator takes the cutoff an engine measured: "
+                        "spec.acceptance_file=SUMMARY of an engine run with spec.max_batch_size=auto, or "
+                        "give a batch size", key="spec.max_batch_size")
+    return float(cut)
 
 
 class CalibrationMismatchWarning(UserWarning):

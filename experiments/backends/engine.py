@@ -58,7 +58,7 @@ class EngineBackend(Backend):
                                             answers=eng.scheduler.spec is None)
             meta = {"hardware": device_hardware(eng), "engine_config": _used_config(eng)}
             if eng.scheduler.spec is not None:
-                meta["spec"] = eng.scheduler.spec.stats()
+                meta["spec"] = {**eng.scheduler.spec.stats(), **eng.spec_cutoff()}
         finally:
             if self.engine is None:
                 eng.shutdown()

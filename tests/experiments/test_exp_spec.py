@@ -116,3 +116,25 @@ def test_engine_config_records_the_loop_the_simulator_replays(spec: Any, overlap
                           plan=SimpleNamespace(piecewise_max_tokens=0))
     got = _used_config(eng)
     assert {k: got[k] for k in want} == want and ("spec_overlap" in got) == (spec is not None)
+
+
+def test_sim_auto_cutoff_is_the_engines(make_cfg: Any, tmp_path: Path) -> None:
+    """spec.max_batch_size=auto on the simulator speculates up to the batch size the engine found
+    (its summary's spec_max_batch_size): none at 0, fewer drafts at 2 than with no limit."""
+    drafts = {}
+    for cutoff in (0, 2, float("inf")):
+        counters = {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 5,
+                    "spec_decode_num_proposed_len0": 0, "spec_decode_num_proposed_len1": 10,
+                    "spec_max_batch_size": cutoff}
+        path = tmp_path / f"summary_{cutoff}.json"
+        path.write_text(json.dumps({"spec": counters}))
+        s = run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=1", "spec.max_batch_size=auto",
+                                    f"spec.acceptance_file={path}"), tmp_path / f"run_{cutoff}")
+        assert s["completed"] == 12
+        drafts[cutoff] = (load_run(tmp_path / f"run_{cutoff}")[2].get("spec") or {}).get("spec_decode_num_draft_tokens", 0)
+    assert drafts[0] == 0 < drafts[2] < drafts[float("inf")]
+
+
+def test_sim_auto_cutoff_needs_an_engine_measurement(make_cfg: Any, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="spec.max_batch_size=auto"):
+        run_experiment(make_cfg(*SMALL, *SPEC, "spec.max_batch_size=auto"), tmp_path)
