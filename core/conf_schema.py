@@ -116,7 +116,7 @@ class SpecNode:
 class KvNode:
     """``kv``: the KV pool's size (`simulator.kv_plan`, `EngineConfig`)."""
 
-    mem_fraction: float = MISSING
+    mem_fraction: Optional[float] = MISSING
     num_pages: Optional[int] = MISSING
     dtype_bytes: int = MISSING
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import GraphPlan
+from twinserve.core.kv_budget import KvBudget
 
 # SchedulerConfig fields a run does not set through ``scheduler``: the pool's size comes from
 # ``kv`` (or the engine's memory), the longest request from ``model.max_model_len``.
@@ -97,7 +98,7 @@ def from_cfg(cfg: Mapping[str, Any]) -> RunChoices:
                               mem.get("kwargs") or {}, cache.get("kwargs") or {}),
         eos_token_ids=tuple(model.get("eos_token_ids") or ()),
         max_model_len=int(model["max_model_len"]) if model.get("max_model_len") else None,
-        mem_fraction=float(kv["mem_fraction"]), num_pages=kv.get("num_pages") or None,
+        mem_fraction=float(KvBudget.mem_fraction if kv.get("mem_fraction") is None else kv["mem_fraction"]), num_pages=kv.get("num_pages") or None,
         dtype_bytes=int(kv["dtype_bytes"]),
         spec=dict(cfg.get("spec") or {}),
         seed=int(cfg["seed"]), tp=int(cfg["tp"]), replicas=int(cfg["replicas"]),

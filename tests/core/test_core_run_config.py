@@ -38,3 +38,11 @@ def test_every_knob_given_reaches_the_typed_configs() -> None:
     assert rc.policies.scheduling_kwargs == {"input_weight": 1.0, "output_weight": 2.0}
     assert (rc.mem_fraction, rc.num_pages, rc.max_model_len, rc.tp, rc.replicas, rc.router) == \
         (0.5, 99, 4096, 2, 3, "least_loaded")
+
+
+def test_mem_fraction_is_written_once_in_kv_budget() -> None:
+    from twinserve.core.kv_budget import KvBudget
+
+    assert composed()["kv"]["mem_fraction"] is None, "conf/config.yaml writes kv.mem_fraction again"
+    assert from_cfg(composed()).mem_fraction == KvBudget.mem_fraction
+    assert from_cfg(composed("kv.mem_fraction=0.5")).mem_fraction == 0.5
