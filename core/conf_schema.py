@@ -135,8 +135,8 @@ class ServerNode:
     """``server``: twinserve-serve's listener (`server.config.ServerConfig`) and the bench
     client's targets (``base_url``, ``replica_urls``)."""
 
-    host: str = MISSING
-    port: int = MISSING
+    host: Optional[str] = MISSING
+    port: Optional[int] = MISSING
     queue_limit: Optional[int] = MISSING
     base_url: Optional[str] = MISSING
     replica_urls: Optional[List[str]] = MISSING

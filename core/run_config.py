@@ -21,6 +21,8 @@ from twinserve.core.kv_budget import KvBudget
 POOL_FIELDS = ("num_pages", "max_model_len")
 # The bench client's target in the ``server`` node: not a listener knob.
 CLIENT_KEYS = ("base_url",)
+# ``server`` keys whose null means the `ServerConfig` default (queue_limit's null means unlimited).
+SERVER_DEFAULTED = ("host", "port")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,5 +105,6 @@ def from_cfg(cfg: Mapping[str, Any]) -> RunChoices:
         spec=dict(cfg.get("spec") or {}),
         seed=int(cfg["seed"]), tp=int(cfg["tp"]), replicas=int(cfg["replicas"]),
         router=str(cfg["router"]), router_kwargs=dict(cfg["router_kwargs"] or {}),
-        server={k: v for k, v in (cfg.get("server") or {}).items() if k not in CLIENT_KEYS},
+        server={k: v for k, v in (cfg.get("server") or {}).items()
+                if k not in CLIENT_KEYS and not (k in SERVER_DEFAULTED and v is None)},
     )

@@ -46,3 +46,11 @@ def test_mem_fraction_is_written_once_in_kv_budget() -> None:
     assert composed()["kv"]["mem_fraction"] is None, "conf/config.yaml writes kv.mem_fraction again"
     assert from_cfg(composed()).mem_fraction == KvBudget.mem_fraction
     assert from_cfg(composed("kv.mem_fraction=0.5")).mem_fraction == 0.5
+
+
+def test_server_host_and_port_are_left_to_server_config() -> None:
+    cfg = composed()
+    assert cfg["server"]["host"] is None and cfg["server"]["port"] is None
+    server = from_cfg(cfg).server
+    assert "host" not in server and "port" not in server and server["queue_limit"] == 1024
+    assert from_cfg(composed("server.port=9000")).server["port"] == 9000
