@@ -65,14 +65,14 @@ class EngineBackendNode:
     and the replay's warm-up."""
 
     name: str = MISSING
-    device: str = MISSING
-    dtype: str = MISSING
-    load_format: str = MISSING
-    cuda_graphs: bool = MISSING
+    device: Optional[str] = MISSING
+    dtype: Optional[str] = MISSING
+    load_format: Optional[str] = MISSING
+    cuda_graphs: Optional[bool] = MISSING
     overlap: Optional[bool] = MISSING
-    attention_backend: str = MISSING
-    cpu_kv_tokens: int = MISSING
-    fast_plan: bool = MISSING
+    attention_backend: Optional[str] = MISSING
+    cpu_kv_tokens: Optional[int] = MISSING
+    fast_plan: Optional[bool] = MISSING
     warmup: bool = MISSING
 
 

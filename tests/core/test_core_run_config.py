@@ -54,3 +54,13 @@ def test_server_host_and_port_are_left_to_server_config() -> None:
     server = from_cfg(cfg).server
     assert "host" not in server and "port" not in server and server["queue_limit"] == 1024
     assert from_cfg(composed("server.port=9000")).server["port"] == 9000
+
+
+def test_the_engine_backend_node_leaves_engine_config_its_defaults() -> None:
+    from twinserve.engine.config import RUN_BACKEND_KEYS, EngineConfig, engine_config_from_run
+
+    cfg = composed("backend=engine")
+    assert {k: cfg["backend"][k] for k in RUN_BACKEND_KEYS} == dict.fromkeys(RUN_BACKEND_KEYS)
+    ec, default = engine_config_from_run(cfg, "m"), EngineConfig(model="m")
+    assert {k: getattr(ec, k) for k in RUN_BACKEND_KEYS} == {k: getattr(default, k) for k in RUN_BACKEND_KEYS}
+    assert engine_config_from_run(composed("backend=engine", "backend.cpu_kv_tokens=8"), "m").cpu_kv_tokens == 8
