@@ -19,7 +19,7 @@ def composed(*overrides: str) -> dict:
 
 def test_the_default_run_takes_the_trees_knobs_and_the_dataclasses_defaults() -> None:
     rc = from_cfg(composed())
-    assert set(rc.batching) == {f.name for f in fields(SchedulerConfig)} - {*POOL_FIELDS, "page_size"}
+    assert rc.batching == {}  # every batch knob null: SchedulerConfig's defaults hold
     assert rc.page_size == SchedulerConfig().page_size and not rc.page_size_given
     assert rc.graphs == {}  # every graph knob null: GraphPlan's defaults hold
     assert rc.graph_plan(max_running=7, gqa_group=4) == DEFAULT_PLAN.__class__(max_running=7, gqa_group=4)
@@ -64,3 +64,12 @@ def test_the_engine_backend_node_leaves_engine_config_its_defaults() -> None:
     ec, default = engine_config_from_run(cfg, "m"), EngineConfig(model="m")
     assert {k: getattr(ec, k) for k in RUN_BACKEND_KEYS} == {k: getattr(default, k) for k in RUN_BACKEND_KEYS}
     assert engine_config_from_run(composed("backend=engine", "backend.cpu_kv_tokens=8"), "m").cpu_kv_tokens == 8
+
+
+def test_the_batch_knobs_are_left_to_scheduler_config() -> None:
+    knobs = ("max_num_batched_tokens", "max_running", "chunked_prefill", "chunk_size", "mixed")
+    cfg = composed()
+    assert {k: cfg["scheduler"][k] for k in knobs} == dict.fromkeys(knobs)
+    sc, default = from_cfg(cfg).scheduler_config(64, 1024), SchedulerConfig()
+    assert {k: getattr(sc, k) for k in knobs} == {k: getattr(default, k) for k in knobs}
+    assert from_cfg(composed("scheduler.max_running=7")).scheduler_config(64, 1024).max_running == 7
