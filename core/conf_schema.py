@@ -65,14 +65,14 @@ class EngineBackendNode:
     and the replay's warm-up."""
 
     name: str = MISSING
-    device: str = MISSING
-    dtype: str = MISSING
-    load_format: str = MISSING
-    cuda_graphs: bool = MISSING
+    device: Optional[str] = MISSING
+    dtype: Optional[str] = MISSING
+    load_format: Optional[str] = MISSING
+    cuda_graphs: Optional[bool] = MISSING
     overlap: Optional[bool] = MISSING
-    attention_backend: str = MISSING
-    cpu_kv_tokens: int = MISSING
-    fast_plan: bool = MISSING
+    attention_backend: Optional[str] = MISSING
+    cpu_kv_tokens: Optional[int] = MISSING
+    fast_plan: Optional[bool] = MISSING
     warmup: bool = MISSING
 
 
@@ -116,7 +116,7 @@ class SpecNode:
 class KvNode:
     """``kv``: the KV pool's size (`simulator.kv_plan`, `EngineConfig`)."""
 
-    mem_fraction: float = MISSING
+    mem_fraction: Optional[float] = MISSING
     num_pages: Optional[int] = MISSING
     dtype_bytes: int = MISSING
 
@@ -135,8 +135,8 @@ class ServerNode:
     """``server``: twinserve-serve's listener (`server.config.ServerConfig`) and the bench
     client's targets (``base_url``, ``replica_urls``)."""
 
-    host: str = MISSING
-    port: int = MISSING
+    host: Optional[str] = MISSING
+    port: Optional[int] = MISSING
     queue_limit: Optional[int] = MISSING
     base_url: Optional[str] = MISSING
     replica_urls: Optional[List[str]] = MISSING

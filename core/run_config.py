@@ -14,12 +14,15 @@ from typing import Any, Mapping
 
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import GraphPlan
+from twinserve.core.kv_budget import KvBudget
 
 # SchedulerConfig fields a run does not set through ``scheduler``: the pool's size comes from
 # ``kv`` (or the engine's memory), the longest request from ``model.max_model_len``.
 POOL_FIELDS = ("num_pages", "max_model_len")
 # The bench client's target in the ``server`` node: not a listener knob.
 CLIENT_KEYS = ("base_url",)
+# ``server`` keys whose null means the `ServerConfig` default (queue_limit's null means unlimited).
+SERVER_DEFAULTED = ("host", "port")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,11 @@ def from_cfg(cfg: Mapping[str, Any]) -> RunChoices:
                               mem.get("kwargs") or {}, cache.get("kwargs") or {}),
         eos_token_ids=tuple(model.get("eos_token_ids") or ()),
         max_model_len=int(model["max_model_len"]) if model.get("max_model_len") else None,
-        mem_fraction=float(kv["mem_fraction"]), num_pages=kv.get("num_pages") or None,
+        mem_fraction=float(KvBudget.mem_fraction if kv.get("mem_fraction") is None else kv["mem_fraction"]), num_pages=kv.get("num_pages") or None,
         dtype_bytes=int(kv["dtype_bytes"]),
         spec=dict(cfg.get("spec") or {}),
         seed=int(cfg["seed"]), tp=int(cfg["tp"]), replicas=int(cfg["replicas"]),
         router=str(cfg["router"]), router_kwargs=dict(cfg["router_kwargs"] or {}),
-        server={k: v for k, v in (cfg.get("server") or {}).items() if k not in CLIENT_KEYS},
+        server={k: v for k, v in (cfg.get("server") or {}).items()
+                if k not in CLIENT_KEYS and not (k in SERVER_DEFAULTED and v is None)},
     )

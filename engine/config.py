@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan
+from twinserve.core.kv_budget import KvBudget
 from twinserve.core.run_config import from_cfg
 
 @dataclass
@@ -67,7 +68,7 @@ class EngineConfig:
     dtype: str = "auto"
     load_format: str = "safetensors"
     page_size: int = scheduler_default("page_size")
-    mem_fraction: float = 0.9
+    mem_fraction: float = KvBudget.mem_fraction
     num_pages: int | None = None
     cpu_kv_tokens: int = 65536
     max_model_len: int | None = None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from twinserve.core.config import scheduler_default
+from twinserve.core.kv_budget import KvBudget
 from twinserve.core.model_shapes import ModelShape
 from twinserve.simulator.hardware import GPUSpec
 
 
 def kv_pages(shape: ModelShape, hw: GPUSpec, tp: int = 1, page_size: int = scheduler_default("page_size"),
-             mem_fraction: float = 0.9, dtype_bytes: int = 2) -> int:
+             mem_fraction: float = KvBudget.mem_fraction, dtype_bytes: int = 2) -> int:
     """KV pages of one replica: per rank, ``memory * mem_fraction - weights / tp``, divided by the
     per-rank bytes of one page (``page_size`` tokens x 2 (K and V) x layers x KV heads per rank x
     head_dim x ``dtype_bytes``; KV heads split across ranks, replicated when fewer than ``tp``).

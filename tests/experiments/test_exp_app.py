@@ -28,7 +28,7 @@ def test_defaults_are_the_documented_ones(make_cfg: Any) -> None:
         ("sim", "llama3-8b", "h200", "azure_conv")
     assert (cfg.scheduler.name, cfg.memory.name, cfg.cache.name, cfg.cost_model.name) == \
         ("fcfs", "on_demand", "radix", "auto")
-    assert cfg.scheduler.max_num_batched_tokens == 8192 and cfg.replicas == 1
+    assert cfg.scheduler.max_num_batched_tokens is None and cfg.replicas == 1
 
 
 def test_run_writes_the_three_files(make_cfg: Any, tmp_path: Path) -> None:
