@@ -118,7 +118,7 @@ class KvNode:
 
     mem_fraction: Optional[float] = MISSING
     num_pages: Optional[int] = MISSING
-    dtype_bytes: int = MISSING
+    dtype_bytes: Optional[int] = MISSING
 
 
 @dataclass

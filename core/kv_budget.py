@@ -11,8 +11,11 @@ class KvBudget:
     """How much device memory a replica gives to weights and the KV pool.
 
     Contract: ``mem_fraction`` in (0, 1] is the share of device memory (per rank) for weights
-    plus KV pool. Its class attribute is the one default of the knob: ``kv.mem_fraction: null``
-    in the conf tree and `EngineConfig.mem_fraction` both resolve to it.
+    plus KV pool; ``dtype_bytes`` the bytes of one weight and one KV element (2: bf16). The
+    class attributes are the knobs' one defaults: ``kv.mem_fraction: null`` / ``kv.dtype_bytes:
+    null`` in the conf tree, `EngineConfig.mem_fraction`, the simulator's KV plan, the roofline
+    cost model and `ModelShape.kv_bytes_per_token` resolve to them.
     """
 
     mem_fraction: float = 0.9
+    dtype_bytes: int = 2

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from twinserve.core.errors import UnknownNameError
+from twinserve.core.kv_budget import KvBudget
 
 # HF `architectures` entry and `model_type` for each family we build.
 _HF_NAMES = {
@@ -78,7 +79,7 @@ class ModelShape:
         head = 0 if self.tie_word_embeddings else emb
         return emb + head + self.num_layers * self.layer_params() + self.hidden_size
 
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+    def kv_bytes_per_token(self, dtype_bytes: int = KvBudget.dtype_bytes) -> int:
         return 2 * self.num_layers * self.kv_size * dtype_bytes
 
     def to_hf_config(self, dtype: str = "bfloat16") -> dict[str, Any]:

@@ -101,7 +101,7 @@ def from_cfg(cfg: Mapping[str, Any]) -> RunChoices:
         eos_token_ids=tuple(model.get("eos_token_ids") or ()),
         max_model_len=int(model["max_model_len"]) if model.get("max_model_len") else None,
         mem_fraction=float(KvBudget.mem_fraction if kv.get("mem_fraction") is None else kv["mem_fraction"]), num_pages=kv.get("num_pages") or None,
-        dtype_bytes=int(kv["dtype_bytes"]),
+        dtype_bytes=int(KvBudget.dtype_bytes if kv.get("dtype_bytes") is None else kv["dtype_bytes"]),
         spec=dict(cfg.get("spec") or {}),
         seed=int(cfg["seed"]), tp=int(cfg["tp"]), replicas=int(cfg["replicas"]),
         router=str(cfg["router"]), router_kwargs=dict(cfg["router_kwargs"] or {}),

@@ -9,7 +9,7 @@ from twinserve.simulator.hardware import GPUSpec
 
 
 def kv_pages(shape: ModelShape, hw: GPUSpec, tp: int = 1, page_size: int = scheduler_default("page_size"),
-             mem_fraction: float = KvBudget.mem_fraction, dtype_bytes: int = 2) -> int:
+             mem_fraction: float = KvBudget.mem_fraction, dtype_bytes: int = KvBudget.dtype_bytes) -> int:
     """KV pages of one replica: per rank, ``memory * mem_fraction - weights / tp``, divided by the
     per-rank bytes of one page (``page_size`` tokens x 2 (K and V) x layers x KV heads per rank x
     head_dim x ``dtype_bytes``; KV heads split across ranks, replicated when fewer than ``tp``).

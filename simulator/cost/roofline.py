@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from twinserve.core.kv_budget import KvBudget
 from twinserve.core.model_shapes import ModelShape
 from twinserve.simulator.cost.base import COST_MODELS, CostModel, Max
 from twinserve.simulator.hardware import GPUSpec
@@ -48,8 +49,8 @@ class RooflineCostModel(CostModel):
         shape: ModelShape,
         hardware: GPUSpec,
         tp: int = 1,
-        dtype_bytes: int = 2,
-        kv_dtype_bytes: int = 2,
+        dtype_bytes: int = KvBudget.dtype_bytes,
+        kv_dtype_bytes: int = KvBudget.dtype_bytes,
         gemm_eff: float = 0.85,
         attn_eff: float = 0.6,
         mem_eff: float = 0.9,

@@ -48,6 +48,14 @@ def test_mem_fraction_is_written_once_in_kv_budget() -> None:
     assert from_cfg(composed("kv.mem_fraction=0.5")).mem_fraction == 0.5
 
 
+def test_dtype_bytes_is_written_once_in_kv_budget() -> None:
+    from twinserve.core.kv_budget import KvBudget
+
+    assert composed()["kv"]["dtype_bytes"] is None, "conf/config.yaml writes kv.dtype_bytes again"
+    assert from_cfg(composed()).dtype_bytes == KvBudget.dtype_bytes
+    assert from_cfg(composed("kv.dtype_bytes=1")).dtype_bytes == 1
+
+
 def test_server_host_and_port_are_left_to_server_config() -> None:
     cfg = composed()
     assert cfg["server"]["host"] is None and cfg["server"]["port"] is None

@@ -108,7 +108,7 @@ def test_a_typo_in_a_conf_file_fails_at_composition(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     shutil.copytree(conf_dir(), conf)
     text = (conf / "config.yaml").read_text()
-    (conf / "config.yaml").write_text(text.replace("  dtype_bytes: 2", "  dtype_byte: 2"))
+    (conf / "config.yaml").write_text(text.replace("  dtype_bytes: null", "  dtype_byte: null"))
     err = user_error(RUN, "-cp", str(conf), *SMALL, cwd=tmp_path)
     assert "Key 'dtype_byte' not in 'KvNode'" in err, err
 
