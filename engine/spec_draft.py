@@ -14,7 +14,7 @@ the gathered pages. A separate checkpoint (``spec.draft=PATH``) is engine/spec_d
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -39,6 +39,25 @@ class Draft(Protocol):
 DRAFTS: Registry[Draft] = Registry("speculative draft")
 
 
+class PreparedProposals:
+    """Proposals made for a step's decodes at once, answered one request at a time. Invariant:
+    an entry answers only the request it was made for at the token count it had then, and at
+    most as many tokens as were proposed; ``fill`` replaces every entry."""
+
+    def __init__(self) -> None:
+        self._ready: dict[int, tuple[int, np.ndarray]] = {}  # rid -> (num_tokens, proposal)
+
+    def fill(self, reqs: list[Req], proposals: Any) -> None:
+        self._ready = {r.rid: (r.num_tokens, p) for r, p in zip(reqs, proposals)}
+
+    def get(self, r: Req, k: int) -> np.ndarray | None:
+        """``r``'s first ``k`` prepared tokens, or None when none were prepared for it now."""
+        hit = self._ready.get(r.rid)
+        if hit is not None and hit[0] == r.num_tokens and hit[1].size >= k:
+            return hit[1][:k]
+        return None
+
+
 @DRAFTS.register("layers")
 class LayerDraft:
     """``propose(reqs, k)``: ``k`` greedy tokens per request from the target's first
@@ -57,19 +76,14 @@ class LayerDraft:
         self.model = model
         self.pool = pool
         self.num_layers = int(arg)
-        self._ready: dict[int, tuple[int, np.ndarray]] = {}  # rid -> (num_tokens, proposal)
+        self._ready = PreparedProposals()
 
     def prepare(self, reqs: list[Req], k: int) -> None:
-        self._ready = {}
-        if reqs:
-            for r, p in zip(reqs, self.propose(reqs, k)):
-                self._ready[r.rid] = (r.num_tokens, p)
+        self._ready.fill(reqs, self.propose(reqs, k) if reqs else ())
 
     def __call__(self, r: Req, k: int) -> np.ndarray:
-        hit = self._ready.get(r.rid)
-        if hit is not None and hit[0] == r.num_tokens and hit[1].size >= k:
-            return hit[1][:k]
-        return self.propose([r], k)[0]
+        hit = self._ready.get(r, k)
+        return hit if hit is not None else self.propose([r], k)[0]
 
     def propose(self, reqs: list[Req], k: int) -> np.ndarray:
         """[len(reqs), k] int32 proposals."""

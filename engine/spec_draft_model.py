@@ -26,7 +26,7 @@ from twinserve.engine.loader import load_weights
 from twinserve.engine.model_config import ModelConfig
 from twinserve.engine.models.decoder import CausalLM
 from twinserve.engine.models.registry import build_model
-from twinserve.engine.spec_draft import DRAFTS, _slots, propose_batch
+from twinserve.engine.spec_draft import DRAFTS, PreparedProposals, _slots, propose_batch
 
 
 @dataclass
@@ -60,21 +60,18 @@ class ModelDraft:
                            pool.device)
         self._free = list(range(g.num_pages))
         self._kv: dict[int, _DraftKV] = {}
-        self._ready: dict[int, tuple[int, np.ndarray]] = {}
+        self._ready = PreparedProposals()
 
     def prepare(self, reqs: list[Req], k: int) -> None:
-        self._ready = {}
         for rid in [rid for rid, st in self._kv.items() if st.req.state is not ReqState.RUNNING]:
             self._release(rid)
         ok = [r for r in reqs if self._catch_up(r)]
-        if ok:
-            for r, p in zip(ok, self.propose(ok, k)):
-                self._ready[r.rid] = (r.num_tokens, p)
+        self._ready.fill(ok, self.propose(ok, k) if ok else ())
 
     def __call__(self, r: Req, k: int) -> np.ndarray:
-        hit = self._ready.get(r.rid)
-        if hit is not None and hit[0] == r.num_tokens and hit[1].size >= k:
-            return hit[1][:k]
+        hit = self._ready.get(r, k)
+        if hit is not None:
+            return hit
         if not self._catch_up(r):
             return np.zeros(0, dtype=np.int32)
         return self.propose([r], k)[0]
