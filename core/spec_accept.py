@@ -103,11 +103,7 @@ class AcceptanceModel:
         if rates is not None and path:
             raise UserError("set spec.acceptance or spec.acceptance_file, not both", key="spec.acceptance")
         if path:
-            try:
-                data = json.loads(Path(str(path)).read_text())
-            except (OSError, ValueError) as e:
-                raise UserError(f"spec.acceptance_file {path}: {e}", key="spec.acceptance_file") from None
-            data = data.get("spec", data)  # a summary.json keeps the counters in its "spec" section
+            data = read_acceptance_file(path)
             if "acceptance_rates" in data:
                 m = cls(tuple(float(a) for a in data["acceptance_rates"]),
                         _probs(np.asarray(data["proposed_length_counts"], dtype=float)), seed)
@@ -124,6 +120,16 @@ class AcceptanceModel:
         if len(vals) != k:
             raise UserError(f"spec.acceptance has {len(vals)} rates, spec.num_tokens is {k}", key="spec.acceptance")
         return cls(tuple(vals), tuple([0.0] * k + [1.0]), seed)
+
+
+def read_acceptance_file(path: str | Path) -> dict[str, Any]:
+    """The counters of ``spec.acceptance_file``: a summary.json's ``spec`` section, or the whole
+    file; UserError naming the file when it cannot be read."""
+    try:
+        data = json.loads(Path(str(path)).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"spec.acceptance_file {path}: {e}", key="spec.acceptance_file") from None
+    return data.get("spec", data)  # a summary.json keeps the counters in its "spec" section
 
 
 def _probs(counts: np.ndarray) -> tuple[float, ...]:

@@ -14,7 +14,7 @@ from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
 from twinserve.core.run_config import from_cfg
 from twinserve.core.spec import SpecConfig
-from twinserve.core.spec_accept import AcceptanceModel
+from twinserve.core.spec_accept import AcceptanceModel, read_acceptance_file
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
@@ -157,13 +157,7 @@ def measured_spec_cutoff(path: str | None) -> float:
     """``spec.max_batch_size=auto`` on the simulator: the cutoff the engine found, the
     ``spec_max_batch_size`` of ``spec.acceptance_file`` (an engine run's summary.json; infinite:
     no limit); UserError without one, as the simulator has no steps of its own to measure."""
-    data: dict[str, Any] = {}
-    if path:
-        try:
-            data = json.loads(Path(str(path)).read_text())
-        except (OSError, ValueError):
-            data = {}
-    cut = data.get("spec", data).get("spec_max_batch_size")
+    cut = read_acceptance_file(path).get("spec_max_batch_size") if path else None
     if cut is None:
         raise UserError("spec.max_batch_size=auto on the simulator takes the cutoff an engine measured: "
                         "spec.acceptance_file=SUMMARY of an engine run with spec.max_batch_size=auto, or "
