@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from twinserve.core.errors import UserError
 from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, DecodeLines, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
@@ -234,7 +235,8 @@ def fit_calibration(
         ratios.append(y[rows] / np.maximum(pred[rows], 1e-12))
     missing = [r for r in ("decode", "prefill") if r not in fits]
     if missing:
-        raise ValueError(f"too few step records (< {min_rows}) for regime(s) {missing}")
+        raise UserError(f"too few step records (< {min_rows}) for regime(s) {missing}: profile longer "
+                        "(--budget-s) or with more cases (--max-cases)")
     if "cpu_s" in steps and float(steps["cpu_s"].abs().sum()) > 0:
         c = steps["cpu_s"].to_numpy(dtype=np.float64)
         ccoef, cmape, cn, cnt = fit_linear(steps, c, cpu_terms, rng, relative=False)

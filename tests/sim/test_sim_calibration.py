@@ -402,3 +402,11 @@ def test_decode_factors_per_graph_size_follow_sizes_that_grow_at_their_own_rate(
     d = cal.to_dict()
     d.pop("decode_scales")
     assert Calibration.from_dict(d).decode_scales == {}
+
+
+def test_a_profile_without_prefill_steps_is_a_user_error_naming_the_regime() -> None:
+    from twinserve.core.errors import UserError
+    steps = synthetic_steps(300, 3)
+    decode_only = steps[steps["num_prefills"] == 0].reset_index(drop=True)
+    with pytest.raises(UserError, match=r"too few step records .*\['prefill'\].*--budget-s"):
+        fit_calibration(decode_only, Provenance("h200", "llama3-8b", 1), overlap=True)
