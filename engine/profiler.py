@@ -69,6 +69,19 @@ class ProfileGrid:
                    mixed_chunks=(16, 64), shared_bs=(4, 16), shared_ctx=(64,), shared_suffix=8,
                    max_case_tokens=16384)
 
+    @classmethod
+    def long(cls) -> "ProfileGrid":
+        """The full grid plus long contexts, for long-context models: prefill chunks over up to
+        28,672 cached tokens and decodes over up to 28,672-token contexts (cases that do not fit
+        the pool or ``max_model_len`` are skipped as usual)."""
+        return cls(prefill_ctx=(0, 1024, 4096, 8192, 16384, 28672),
+                   decode_ctx=(128, 512, 1024, 2048, 4096, 8192, 16384, 28672),
+                   shared_ctx=(512, 2048, 4096, 16384))
+
+
+# The grids by name (``--grid``): a name -> a grid factory.
+GRIDS: dict[str, Callable[[], ProfileGrid]] = {"full": ProfileGrid, "tiny": ProfileGrid.tiny, "long": ProfileGrid.long}
+
 
 @dataclass(frozen=True, slots=True)
 class Case:
@@ -278,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run at most this many grid cases (a count bound: the same rows on any machine)")
     ap.add_argument("--replay-requests", type=int, default=None,
                     help="replay the first N requests of the replay workload (a count bound)")
-    ap.add_argument("--grid", choices=("full", "tiny"), default=None,
-                    help="default: tiny on CPU, full on CUDA")
+    ap.add_argument("--grid", choices=tuple(GRIDS), default=None,
+                    help="default: tiny on CPU, full on CUDA; long adds long contexts (long-context models)")
     ap.add_argument("--replay", default=None,
                     help="workload of the replay slice ('' = none; default azure_conv on CUDA, "
                          "a short-prompt poisson on CPU)")
@@ -312,7 +325,7 @@ def profile_from_args(args: argparse.Namespace) -> tuple[ProfileResult, str]:
         counted = args.max_cases is not None or args.replay_requests is not None
         budget = args.budget_s if args.budget_s is not None else (None if counted else 240.0 if cuda else 30.0)
         grid_name = args.grid or ("full" if cuda else "tiny")
-        grid = ProfileGrid() if grid_name == "full" else ProfileGrid.tiny()
+        grid = GRIDS[grid_name]()
         wl = None
         replay = args.replay if args.replay is not None else ("azure_conv" if cuda else "poisson")
         if replay:

@@ -44,3 +44,15 @@ def test_a_decode_case_decodes_its_whole_batch_together(tiny_model_dir):
     assert len(full) >= grid.decode_steps - 3  # the mixed steps hold the rest
     assert (full["decode_ctx"] >= 16 * 512).all() and (full["decode_unique_ctx"] == full["decode_ctx"]).all()
     eng.shutdown()
+
+
+def test_the_long_grid_reaches_long_contexts_within_the_pool_and_model_length():
+    """The long grid keeps the full grid's shapes and adds prefill chunks over, and decodes of,
+    up to 28,672-token contexts; a 32,768-token model with a 750k-token pool keeps them, an
+    8,192-token one drops every case past its length."""
+    full, long = grid_cases(ProfileGrid(), 750_000, 32_768)[0], grid_cases(ProfileGrid.long(), 750_000, 32_768)[0]
+    assert set(full) < set(long)
+    assert max(c.ctx for c in long if c.kind == "prefill") == 28_672
+    assert max(c.ctx for c in long if c.kind == "decode") == 28_672
+    short, dropped = grid_cases(ProfileGrid.long(), 750_000, 8_192)
+    assert dropped > 0 and max(c.ctx + c.tokens // c.seqs for c in short) < 8_192
