@@ -7,11 +7,17 @@ from typing import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from twinserve.experiments.fidelity_suite.workloads import SUITES
+
     ap = argparse.ArgumentParser(description="Simulator-vs-engine fidelity suite.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine side: profile, capacity, runs at each load")
     e.add_argument("--model", required=True)
     e.add_argument("--out", required=True)
+    e.add_argument("--suite", choices=tuple(SUITES), default="standard",
+                   help="standard: azure_conv, azure_code, shared_prefix and sessions at 25/50/75/90 %% "
+                        "load, the full profile grid; mooncake: the Mooncake conversation trace at "
+                        "40/75 %% load, the long-context grid")
     e.add_argument("--budget-s", type=float, default=540.0,
                    help="wall-clock seconds; runs that no longer fit are skipped (inf: no limit, the "
                         "work is then bounded by --only, --profile-cases and the trace seconds)")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from twinserve.experiments.fidelity_suite.workloads import (SUITE, SuiteWorkload, build_suite_workload, compose,
+from twinserve.experiments.fidelity_suite.workloads import (SUITES, SuiteWorkload, build_suite_workload, compose,
                                                           load_overrides, rate_overrides, requests_per_rate,
                                                           run_plan)
 
@@ -25,6 +25,7 @@ class _Suite:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.t0 = time.perf_counter()
+        self.suite = SUITES[args.suite]
         self.base = [f"model={args.model}", "backend=engine", "print_summary=false", "progress=false",
                      *args.overrides]
         self.out = Path(args.out) / args.model
@@ -47,7 +48,7 @@ class _Suite:
         from twinserve.experiments.backends.engine import engine_config
         from twinserve.experiments.build import hardware_spec, model_shape, plain
 
-        cfg = plain(compose([*self.base, *SUITE[0].overrides]))
+        cfg = plain(compose([*self.base, *self.suite.workloads[0].overrides]))
         ctx = RunContext(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]), self.out, False)
         eng = Engine(engine_config(ctx))
         self.note("engine", warmup_s=round(eng.warmup(), 2), num_pages=eng.sched_config.num_pages,
@@ -69,19 +70,18 @@ class _Suite:
         """Grid for half the profile seconds (or ``profile_cases`` cases, with no clock), then
         calibration replays of other windows at ``calib_rate`` over the other half in trace
         seconds; the rows are kept for `save_profile` (after any `load_replays`)."""
-        from twinserve.engine.profiler import ProfileGrid, profile_engine
+        from twinserve.engine.profiler import GRIDS, profile_engine
 
         a = self.args
-        cuda = eng.device.type == "cuda"
-        grid = ProfileGrid() if cuda else ProfileGrid.tiny()
+        grid = GRIDS[self.suite.grid if eng.device.type == "cuda" else "tiny"]()
         wall = None if a.profile_cases is not None else a.profile_s * 0.5
         res = profile_engine(eng, grid, wall, None, warmup=False, progress=a.progress,
                              max_cases=a.profile_cases)
         self.profile_frames.append(res.steps)
         self.note("profile_grid", rows=len(res.steps), cases=res.cases_run, skipped=res.cases_skipped)
         self.host_probe(eng, "profile_grid")
-        per = a.profile_s * 0.5 / len(SUITE)
-        for w in SUITE:
+        per = a.profile_s * 0.5 / len(self.suite.workloads)
+        for w in self.suite.workloads:
             self.calib_replay(eng, w, a.calib_rate, per)
         self.save_profile()
 
@@ -109,7 +109,7 @@ class _Suite:
         that the profile holds the step shapes of a loaded server (large decode batches beside
         prefill chunks) from windows that are not measured."""
         for load in self.args.calib_loads:
-            for w in SUITE:
+            for w in self.suite.workloads:
                 if w.name in caps:
                     self.calib_replay(eng, w, load * caps[w.name], self.args.calib_load_s, load=load,
                                       requests=self.args.calib_load_requests)
@@ -149,8 +149,8 @@ class _Suite:
 
 
 def run_engine_suite(args: argparse.Namespace) -> Path:
-    plan = run_plan(args.only)
     suite = _Suite(args)
+    plan = run_plan(args.only, suite.suite)
     eng = suite.build_engine()
     try:
         suite.host_probe(eng, "engine")
@@ -160,7 +160,7 @@ def run_engine_suite(args: argparse.Namespace) -> Path:
             caps: dict[str, float] = json.loads(Path(args.capacity_from).read_text())
             suite.note("capacity_from", path=str(args.capacity_from), **{k: round(v, 3) for k, v in caps.items()})
         else:
-            caps = {w.name: suite.capacity(eng, w) for w in SUITE if any(w is x for x, _ in plan)}
+            caps = {w.name: suite.capacity(eng, w) for w in suite.suite.workloads if any(w is x for x, _ in plan)}
         (suite.out / "capacity.json").write_text(json.dumps(caps, indent=2))
         suite.host_probe(eng, "capacity")
         if args.profile_s > 0:

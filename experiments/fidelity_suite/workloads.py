@@ -34,6 +34,28 @@ SUITE: tuple[SuiteWorkload, ...] = (
 )
 
 
+# The Mooncake conversation trace (long prompts, shared prefixes): measured windows after its first
+# 10 minutes, calibration replays from its second half hour; prompts of at most 28,000 tokens.
+MOONCAKE: tuple[SuiteWorkload, ...] = (
+    SuiteWorkload("mooncake_conv", ("workload=mooncake_conv", "workload.start_s=600",
+                                    "workload.max_prompt_tokens=28000"),
+                  calib=("workload=mooncake_conv", "workload.start_s=1800", "workload.max_prompt_tokens=28000")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """A named suite: its workloads, the loads each is served at (fractions of its measured
+    capacity) and the profiler grid of its calibration profile (`engine.profiler.GRIDS`)."""
+
+    workloads: tuple[SuiteWorkload, ...]
+    loads: tuple[float, ...] = LOADS
+    grid: str = "full"
+
+
+SUITES: dict[str, Suite] = {"standard": Suite(SUITE), "mooncake": Suite(MOONCAKE, (0.4, 0.75), "long")}
+
+
 def compose(overrides: Sequence[str]) -> Any:
     from twinserve.experiments.compare import compose_config
 
@@ -75,10 +97,11 @@ def rate_overrides(w: SuiteWorkload, base: Sequence[str], req_rate: float, durat
     return [rate, f"workload.num_requests={requests}"]
 
 
-def run_plan(only: Sequence[str] = ()) -> list[tuple[SuiteWorkload, float]]:
-    """(workload, load) pairs in run order: 25/50/75 % of every workload, then 90 %; ``only``
-    keeps the named ones (``azure_conv_90`` ...)."""
-    plan = [(w, ld) for ld in LOADS if ld < 0.9 for w in SUITE] + [(w, 0.9) for w in SUITE]
+def run_plan(only: Sequence[str] = (), suite: Suite = SUITES["standard"]) -> list[tuple[SuiteWorkload, float]]:
+    """(workload, load) pairs in run order: every load below 90 % of every workload, then the
+    loads from 90 % up; ``only`` keeps the named ones (``azure_conv_90`` ...)."""
+    ws = suite.workloads
+    plan = [(w, ld) for ld in suite.loads if ld < 0.9 for w in ws] + [(w, ld) for ld in suite.loads if ld >= 0.9 for w in ws]
     if only:
         names = {f"{w.name}_{round(ld * 100)}" for w, ld in plan}
         unknown = sorted(set(only) - names)

@@ -207,3 +207,21 @@ def test_the_simulator_takes_the_engine_runs_token_graphs() -> None:
     older = {"run": {"engine_config": {"piecewise_max_tokens": 2048}}}  # before the mode existed
     assert sim_matching_engine(steps, older)[-2] == "scheduler.token_graph_mode=piecewise"
     assert not any(o.startswith("scheduler.") for o in sim_matching_engine(steps, {}))
+
+
+def test_the_mooncake_suite_serves_the_conversation_trace_at_two_loads() -> None:
+    """``--suite mooncake``: two loads of the Mooncake conversation trace, its measured window and
+    calibration window disjoint, prompts over 28,000 tokens dropped, the long-context grid."""
+    from twinserve.experiments.fidelity_suite.cli import build_parser
+    from twinserve.experiments.fidelity_suite.workloads import SUITES, build_suite_workload, run_plan
+
+    suite = SUITES["mooncake"]
+    assert [f"{w.name}_{round(ld * 100)}" for w, ld in run_plan((), suite)] == ["mooncake_conv_40", "mooncake_conv_75"]
+    assert suite.grid == "long"
+    w = suite.workloads[0]
+    runs = build_suite_workload(["model=qwen3-8b", *w.overrides, "workload.rate=1", "workload.duration_s=120"])
+    calib = build_suite_workload(["model=qwen3-8b", *w.calib, "workload.rate=1", "workload.duration_s=120"])
+    assert len(runs) > 50 and len(calib) > 50
+    assert runs.prompt_lens.max() <= 28_000 and runs.filters["max_prompt_tokens"].dropped > 0
+    assert {r.rid for r in runs}.isdisjoint({r.rid for r in calib})  # other windows of the trace
+    assert build_parser().parse_args(["engine", "--model", "m", "--out", "o", "--suite", "mooncake"]).suite == "mooncake"
