@@ -138,12 +138,11 @@ def engine_config(ctx: RunContext) -> Any:
     ``model.path``)."""
     from twinserve.engine.config import engine_config_from_run
 
-    cfg, b = ctx.cfg, ctx.cfg["backend"]
+    cfg = ctx.cfg
     model_path = cfg["model"].get("path")
-    load_format = str(b["load_format"])
-    if not model_path:
-        mdir = ctx.out_dir / "model"
-        mdir.mkdir(parents=True, exist_ok=True)
-        (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
-        model_path, load_format = str(mdir), "dummy"
-    return engine_config_from_run(cfg, model_path, load_format=load_format)
+    if model_path:  # backend.load_format, when given, is one of the run's backend keys
+        return engine_config_from_run(cfg, str(model_path))
+    mdir = ctx.out_dir / "model"
+    mdir.mkdir(parents=True, exist_ok=True)
+    (mdir / "config.json").write_text(json.dumps(ctx.shape.to_hf_config(), indent=2))
+    return engine_config_from_run(cfg, str(mdir), load_format="dummy")

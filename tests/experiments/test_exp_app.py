@@ -203,6 +203,21 @@ def test_engine_adapter_builds_an_engine_config(make_cfg: Any, tmp_path: Path, m
     assert s["run"]["backend"] == "engine" and s["rejected"]["count"] == 1 and s["completed"] == 39
 
 
+@pytest.mark.parametrize("extra, fmt", [((), "safetensors"), (("backend.load_format=dummy",), "dummy")])
+def test_engine_adapter_loads_the_checkpoint_of_model_path(make_cfg: Any, tmp_path: Path, extra: tuple,
+                                                           fmt: str) -> None:
+    from twinserve.experiments.backends.base import RunContext
+    from twinserve.experiments.backends.engine import engine_config
+    from twinserve.experiments.build import plain
+
+    mdir = tmp_path / "ckpt"
+    mdir.mkdir()
+    (mdir / "config.json").write_text(json.dumps(get_shape("tiny-llama").to_hf_config()))
+    cfg = make_cfg("backend=engine", "model=tiny-llama", f"model.path={mdir}", "backend.device=cpu", *extra)
+    e = engine_config(RunContext(plain(cfg), get_shape("tiny-llama"), None, tmp_path / "out", False))
+    assert e.model == str(mdir) and e.load_format == fmt
+
+
 def test_server_adapter_calls_the_bench_client(make_cfg: Any, tmp_path: Path, monkeypatch: Any) -> None:
     def fake_bench(cfg: Any, workload: Any) -> tuple[pd.DataFrame, None, dict]:
         from twinserve.core.metrics import COLUMNS
