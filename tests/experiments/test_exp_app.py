@@ -125,7 +125,7 @@ def test_cost_model_auto_prefers_a_calibration(make_cfg: Any, tmp_path: Path) ->
     s2 = run_experiment(make_cfg(f"cost_model.calibration_dirs=[{tmp_path / 'cal'}]", "tp=2"), tmp_path / "b")
     assert s2["run"]["cost_model"]["name"] == "roofline"
     with pytest.raises(UserError, match="no calibration"):
-        run_experiment(make_cfg("cost_model=calibrated", "model=qwen3-8b"), tmp_path / "c")
+        run_experiment(make_cfg("cost_model=calibrated", "model=llama3.1-8b"), tmp_path / "c")
 
 
 def test_a_cap_the_calibration_profile_did_not_run_is_warned_about(make_cfg: Any, tmp_path: Path) -> None:
