@@ -19,8 +19,10 @@ class PlainReplica(Replica):
 
     With nothing to run it waits until ``submit`` wakes it. Step time: device time
     ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
-    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says; the
-    step record's ``duration`` is the device time and ``cpu_s`` the host time.
+    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says (the
+    sum, with speculation, for every step formed while a verify step may come: the engine runs
+    those without overlap); the step record's ``duration`` is the device time and ``cpu_s`` the
+    host time.
 
     With ``fast_forward`` (`FastForward`), right after each ``complete()`` a stretch of
     identical decode-only steps that start before the next arrival is applied in one event and
@@ -80,11 +82,15 @@ class PlainReplica(Replica):
         return ff.run(now, self._next_arrival(), one_past=False)
 
     def _step_cost(self, batch: Batch) -> tuple[float, float, float]:
-        gpu, cpu = self.cost.step_costs(batch.features(self.plan))
+        f = batch.features(self.plan)
+        gpu, cpu = self.cost.step_costs(f)
         if self.noise is not None:
             gpu = gpu * self.noise.one()
-        wall = self.cost.wall_time(gpu, cpu)
         spec = self.sched.spec
+        if spec is not None and spec.may_draft(self.sched.num_running):
+            wall = self.cost.serial_wall(f, gpu, cpu)  # the engine settles it before forming the next
+        else:
+            wall = self.cost.wall_time(gpu, cpu)
         if spec is not None and batch.drafts is not None and spec.draft_step_s:
             # a draft model's proposals run before the step, on the host's clock (sched time)
             cpu += spec.draft_step_s

@@ -165,6 +165,12 @@ class CostModel(ABC):
     def wall_time(self, gpu: float, cpu: float) -> float:
         return max(gpu, cpu) if self.overlap else gpu + cpu
 
+    def serial_wall(self, f: BatchFeatures, gpu: float, cpu: float) -> float:
+        """The wall time of a step the engine runs without overlap (with speculation: a step
+        formed while a verify step may come), ``gpu`` and ``cpu`` its device and host times.
+        Default: their sum."""
+        return gpu + cpu
+
     def host_parts(self, f: BatchFeatures) -> HostParts:
         """The step's host time split the way the engine's overlap loop spends it (the
         simulator's ``pipeline`` loop uses it). Default: all of ``cpu_time`` is launch work."""

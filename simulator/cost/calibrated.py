@@ -145,6 +145,20 @@ class CalibratedCostModel(CostModel):
         post = max(float(hp["post"](x, max)), 0.0) if graph else 0.0
         return HostParts(*parts, graph=graph, sync=sync, device=self._device_only(f, regime), pre=pre, post=post)
 
+    def serial_wall(self, f: BatchFeatures, gpu: float, cpu: float) -> float:
+        """With a host model: ``schedule()``, the launch with the device span placed as
+        `HostParts` says (a graph step's span starts ``post`` before the launch ends, an eager
+        one's as the launch starts), then ``complete()`` and the loop; without one, the sum."""
+        if self.calibration.host is None:
+            return gpu + cpu
+        h = self.host_parts(f)
+        dev = gpu if h.device is None else h.device
+        if h.graph:
+            run = h.pre + h.launch - h.post + max(h.post, dev)
+        else:
+            run = h.pre + max(h.launch + h.tail, dev)
+        return h.sched + run + h.complete + h.loop
+
     def wake_parts(self) -> WakeParts:
         h = self.calibration.host
         if h is None:

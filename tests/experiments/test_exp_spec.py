@@ -138,3 +138,20 @@ def test_sim_auto_cutoff_is_the_engines(make_cfg: Any, tmp_path: Path) -> None:
 def test_sim_auto_cutoff_needs_an_engine_measurement(make_cfg: Any, tmp_path: Path) -> None:
     with pytest.raises(UserError, match="spec.max_batch_size=auto"):
         run_experiment(make_cfg(*SMALL, *SPEC, "spec.max_batch_size=auto"), tmp_path)
+
+
+def test_sim_runs_steps_that_may_speculate_without_overlap(make_cfg: Any, tmp_path: Path) -> None:
+    """The engine settles a step formed while a verify step may come before it forms the next:
+    the simulator prices such a step at device + host time, not the larger of the two; above
+    ``spec.max_batch_size`` running requests steps overlap again."""
+    cost = ["cost_model=constant", "cost_model.step_s=0.004", "cost_model.cpu_s=0.001", "cost_model.overlap=true"]
+    two = ["workload.num_requests=2", "workload.output_len=40"]
+    for name, extra in (("plain", []), ("spec", [*SPEC, "spec.max_batch_size=1"])):
+        run_experiment(make_cfg(*SMALL, *cost, *two, *extra), tmp_path / name)
+    gap = {}
+    for name in ("plain", "spec"):
+        steps = load_run(tmp_path / name)[1].sort_values("start")
+        steps["gap"] = steps["start"].shift(-1) - steps["start"]
+        gap[name] = {n: g["gap"].dropna().to_numpy() for n, g in steps.iloc[:-1].groupby("num_seqs")}
+    assert all(np.allclose(g, 0.004) for g in gap["plain"].values())
+    assert np.allclose(gap["spec"][1], 0.005) and np.allclose(gap["spec"][2], 0.004)

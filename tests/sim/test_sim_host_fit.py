@@ -76,6 +76,13 @@ def test_graph_launch_work_before_its_wait_is_fitted_from_idle_launches(timeline
     assert hp.sync and hp.graph and hp.pre == pytest.approx(pre, rel=1e-6)
     assert hp.launch == pytest.approx(320e-6, rel=1e-6)
     assert model.cpu_time(f) == pytest.approx(hp.sched + pre + hp.launch + hp.complete + hp.loop, rel=1e-9)
+    # a step the engine runs without overlap: the host parts, the graph's span from its replay on
+    # (its device-only work where the fit has one, else the step time given)
+    gpu = model.step_time(f)
+    dev = gpu if hp.device is None else hp.device
+    want = hp.sched + pre + hp.launch - hp.post + max(hp.post, dev) + hp.complete + hp.loop
+    assert model.serial_wall(f, gpu, model.cpu_time(f)) == pytest.approx(want, rel=1e-9)
+    assert max(gpu, model.cpu_time(f)) < want <= gpu + model.cpu_time(f)
     # without idle launches nothing tells the part before the wait apart: it stays 0
     h0 = fit_host(timeline_steps(600, 2, sync=True, pre=pre), np.random.default_rng(0),
                   tl=timeline_frame(timeline_steps(600, 2, sync=True, pre=pre)), sync=(True, False)).fit
