@@ -132,7 +132,8 @@ def run_http(engine_cfg: Any, sc: Scenario, py_spy_dir: str | None = None, tag: 
     with start_server(engine_cfg, queue_limit=None, request_timeout_s=None, debug=True) as h:
         cfg = BenchConfig(base_url=h.url)
         bench_workload(cfg, build_workload(_warmup(sc), vocab))
-        pids = httpx.get(f"{h.url}/debug/engine", timeout=10).json()["pids"]
+        info = httpx.get(f"{h.url}/debug/engine", timeout=10).json()
+        pids = info["pids"]
         spy = py_spy_record(pids, py_spy_dir, tag or sc.name) if py_spy_dir else contextlib.nullcontext()
         with spy:
             before = {k: _cpu_s(p) for k, p in pids.items()}
@@ -143,7 +144,8 @@ def run_http(engine_cfg: Any, sc: Scenario, py_spy_dir: str | None = None, tag: 
     if res.errors:
         raise RuntimeError(f"{len(res.errors)} HTTP requests failed, first: {res.errors[0]}")
     ntok = max(1, int(res.summary["total_output_tokens"]))
-    return {**res.summary, "cpu_us_per_token": {k: 1e6 * v / ntok for k, v in cpu.items()}}
+    return {**res.summary, "cpu_us_per_token": {k: 1e6 * v / ntok for k, v in cpu.items()},
+            "http_stack": info["http_stack"]}
 
 
 def median_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -168,7 +170,9 @@ def _table(results: dict[str, Any]) -> str:
             lines.append(f"{name:<10}{path:<10}" + "".join(f"{float(s[k]):>20.2f}" for k in KEYS))
         c = r["compare"]
         cpu = ", ".join(f"{k} {v:.0f}" for k, v in r["http_cpu_us_per_token"].items())
-        lines.append(f"{'':<10}{'cpu':<10}us per output token on the HTTP path: {cpu}")
+        stack = r.get("http_stack") or {}
+        lines.append(f"{'':<10}{'cpu':<10}us per output token on the HTTP path: {cpu} "
+                     f"(API server on {stack.get('loop', '?')} + {stack.get('http', '?')})")
         lines.append(f"{'':<10}{'delta':<10}throughput loss {100 * c['throughput_loss']:.2f} %, "
                      f"added TTFT mean {c['added_mean_ttft_ms']:.2f} ms / median "
                      f"{c['added_median_ttft_ms']:.2f} ms, added ITL {c['added_mean_itl_ms']:.2f} ms")
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                for k in runs["http"][0]["cpu_us_per_token"]}
         results["scenarios"][name] = {"scenario": asdict(sc), "inprocess": inproc, "http": http,
                                       "compare": compare(inproc, http), "repeats": a.repeats,
-                                      "http_cpu_us_per_token": cpu,
+                                      "http_cpu_us_per_token": cpu, "http_stack": runs["http"][0]["http_stack"],
                                       "runs": {p: [{k: r[k] for k in KEYS} for r in rs] for p, rs in runs.items()},
                                       "wall_s": time.perf_counter() - t}
     sc = results["scenarios"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,4 +20,11 @@ def register_debug_routes(app: FastAPI) -> None:
                 "replicas": {str(k): v for k, v in sorted(st.client.replica_stats.items())},
                 "replicas_down": {str(k): v for k, v in sorted(st.client.replicas_down.items())},
                 "in_flight": len(st.client.live), "pids": st.pids, "ipc_dir": st.ipc_dir,
-                "stalled": st.client.heartbeat.stalled, "down": st.client.down}
+                "stalled": st.client.heartbeat.stalled, "down": st.client.down, "http_stack": http_stack()}
+
+
+def http_stack() -> dict[str, str]:
+    """The API server's event loop and HTTP parser: ``uvloop`` / ``asyncio`` and ``httptools`` /
+    ``h11`` (uvicorn takes httptools when it is installed; ``uvicorn[standard]`` brings both)."""
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    return {"loop": loop, "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}

@@ -25,6 +25,7 @@ def test_http_overhead_smoke(tmp_path):
         assert sc["inprocess"]["completed"] == sc["http"]["completed"] == n
         cpu = sc["http_cpu_us_per_token"]
         assert {"api", "engine0", "tokenizer0", "detokenizer0", "client"} <= set(cpu)
+        assert set(sc["http_stack"]) == {"loop", "http"}  # what the API server ran on
         # /proc counts CPU time in clock ticks (10 ms): a process of so short a run may show 0
         assert all(math.isfinite(v) and v >= 0 for v in cpu.values()) and sum(cpu.values()) > 0, cpu
     assert res["scenarios"]["moderate"]["scenario"]["rate"] > 0  # derived from the saturated run

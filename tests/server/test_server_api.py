@@ -29,6 +29,14 @@ def _idle_stats(server, timeout_s: float = 10.0) -> dict:
         time.sleep(0.05)
 
 
+def test_debug_names_the_event_loop_and_http_parser(server) -> None:
+    import importlib.util
+
+    want = {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}
+    assert httpx.get(f"{server.url}/debug/engine", timeout=5).json()["http_stack"] == want
+
+
 def test_models(client: openai.OpenAI) -> None:
     models = client.models.list().data
     assert [m.id for m in models] == ["tiny-llama"]
