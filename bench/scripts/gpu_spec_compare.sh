@@ -6,7 +6,7 @@
 #   bench/scripts/gpu_spec_compare.sh OUTDIR MODEL_DIR
 # RATES (default "4 16" req/s), REQUESTS (128), CAL_BUDGET (90 s of profiling). OUTDIR gets
 # cal/h200_<model>_tp1.json, cal.log, one cmp_<workload>_<rate>.md per run and spec_cmp.tgz
-# (the engine and simulator run folders, the profile steps).
+# (the engine and simulator run folders, the profile steps, the calibration).
 set -u
 OUT_DIR=${1:?usage: gpu_spec_compare.sh OUTDIR MODEL_DIR}; MODEL=${2:?model dir}
 NAME=$(basename "$MODEL"); WORK=runs/spec_cmp
@@ -27,4 +27,5 @@ for w in code_edit questions; do
   done
 done
 find "$WORK" -type d -name model -prune -exec rm -rf {} + 2>/dev/null
+cp -r "$CAL" "$WORK/cal"  # the device tool returns few files: everything also travels in the archive
 tar czf "$OUT_DIR/spec_cmp.tgz" "$WORK"
