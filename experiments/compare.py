@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from twinserve.core.batch import BatchFeatures
+from twinserve.core.errors import UserError
 
 # (key in the metrics dict, label)
 METRICS: tuple[tuple[str, str], ...] = (
@@ -244,23 +245,31 @@ def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[st
     return out
 
 
-def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
+def run_compare(overrides: Sequence[str], out: str | Path, title: str | None = None,
+                engine_run: str | Path | None = None) -> tuple[pd.DataFrame, StepDiff]:
     """Run the engine, then the simulator on the engine's pool size (and, with speculation and
     no acceptance given, the engine's measured acceptance: ``spec.acceptance_file``), then
-    `write_report`."""
+    `write_report`. ``engine_run``: an engine run folder made earlier with the same overrides
+    (on a GPU host, say), compared instead of running the engine."""
     from twinserve.experiments.run import load_run, run_experiment
 
     out = Path(out)
     clean = [o for o in overrides if not o.startswith(("backend=", "kv.num_pages="))]
-    run_experiment(compose_config([*for_backend(clean, "engine"), "backend=engine"]), out / "engine")
-    _, steps, summary = load_run(out / "engine")
+    if engine_run is None:
+        engine_dir = out / "engine"
+        run_experiment(compose_config([*for_backend(clean, "engine"), "backend=engine"]), engine_dir)
+    else:
+        engine_dir = Path(engine_run)
+        if not (engine_dir / "summary.json").is_file():
+            raise UserError(f"--engine-run {engine_dir}: no summary.json there (an engine run folder)")
+    _, steps, summary = load_run(engine_dir)
     user_loop = any(o.startswith(("sim.pipeline=", "backend.pipeline=")) for o in clean)
     extra = [o for o in sim_matching_engine(steps, summary) if not (user_loop and o.startswith("backend.pipeline="))]
     if "spec" in summary and not any(o.startswith(("spec.acceptance=", "spec.acceptance_file=")) for o in clean):
         # the simulator's acceptance model: what the engine measured on this workload
-        extra.append(f"spec.acceptance_file={out / 'engine' / 'summary.json'}")
+        extra.append(f"spec.acceptance_file={engine_dir / 'summary.json'}")
     run_experiment(compose_config([*for_backend(clean, "sim"), "backend=sim", *extra]), out / "sim")
-    return write_report(out / "engine", out / "sim", out, title)
+    return write_report(engine_dir, out / "sim", out, title)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -268,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", nargs=2, metavar=("ENGINE_DIR", "SIM_DIR"), default=None,
                     help="compare two existing run folders instead of running")
+    ap.add_argument("--engine-run", default=None, metavar="DIR",
+                    help="an engine run folder made with the same overrides: rerun only the simulator against it")
     ap.add_argument("--title", default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads for the engine")
     ap.add_argument("overrides", nargs="*", help="twinserve-run overrides (group=option key=value)")
@@ -279,9 +290,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.runs:
         table, diff = write_report(Path(args.runs[0]), Path(args.runs[1]), Path(args.out), args.title)
     else:
-        table, diff = run_compare(args.overrides, args.out, args.title)
+        table, diff = run_compare(args.overrides, args.out, args.title, args.engine_run)
     print((Path(args.out) / "compare.md").read_text())
 
 
+def cli() -> None:
+    """``python -m twinserve.experiments.compare``: `main` with user errors as one line, exit 2."""
+    import sys
+
+    from twinserve.core.cli_errors import report_user_errors, take_debug_flag
+
+    argv = sys.argv[1:]
+    debug = take_debug_flag(argv)
+    report_user_errors("compare", debug, lambda: main(argv))
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -11,6 +11,8 @@ import math
 import pandas as pd
 import pytest
 
+from twinserve.core.errors import UserError
+
 torch = pytest.importorskip("torch")
 
 
@@ -116,11 +118,11 @@ def test_compare_sim_with_cpu_engine(calibration, tmp_path):
     from twinserve.experiments.compare import run_compare
 
     d, _, _, _ = calibration
-    table, diff = run_compare(
-        ["model=tiny-llama", "hardware=cpu", "workload=poisson", "workload.num_requests=40",
-         "workload.rate=10", "workload.prompt_len.mean=120", "workload.prompt_len.max=400",
-         "workload.output_len.mean=30", "workload.output_len.max=64", f"cost_model.calibration_dirs=[{d}]",
-         "engine.device=cpu", "print_summary=false", "progress=false"], tmp_path)
+    ov = ["model=tiny-llama", "hardware=cpu", "workload=poisson", "workload.num_requests=40",
+          "workload.rate=10", "workload.prompt_len.mean=120", "workload.prompt_len.max=400",
+          "workload.output_len.mean=30", "workload.output_len.max=64", f"cost_model.calibration_dirs=[{d}]",
+          "engine.device=cpu", "print_summary=false", "progress=false"]
+    table, diff = run_compare(ov, tmp_path)
     for f in ("compare.csv", "compare.md", "step_diff.json"):
         assert (tmp_path / f).stat().st_size > 0
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
@@ -133,6 +135,12 @@ def test_compare_sim_with_cpu_engine(calibration, tmp_path):
     for k in ("output_throughput", "request_throughput"):
         assert abs(t.loc[k, "err_pct"]) < 50, t.loc[k]
     assert t.loc["total_preemptions", "engine"] == t.loc["total_preemptions", "sim"] == 0
+    # the simulator side alone, against the saved engine run: the same table
+    again, _ = run_compare(ov, tmp_path / "again", engine_run=tmp_path / "engine")
+    assert not (tmp_path / "again" / "engine").exists()
+    assert again.set_index("key")["sim"].equals(t["sim"]) and again.set_index("key")["engine"].equals(t["engine"])
+    with pytest.raises(UserError, match="no summary.json"):
+        run_compare(ov, tmp_path / "none", engine_run=tmp_path / "missing")
     md = (tmp_path / "compare.md").read_text()
     assert "TTFT p99" in md and "Step-log diff" in md
     assert f"- sim loop: {summary['run']['loop']}" in md  # which simulator loop (and host) ran
