@@ -170,9 +170,9 @@ def _table(results: dict[str, Any]) -> str:
             lines.append(f"{name:<10}{path:<10}" + "".join(f"{float(s[k]):>20.2f}" for k in KEYS))
         c = r["compare"]
         cpu = ", ".join(f"{k} {v:.0f}" for k, v in r["http_cpu_us_per_token"].items())
-        stack = r.get("http_stack") or {}
+        stack = r["http_stack"]
         lines.append(f"{'':<10}{'cpu':<10}us per output token on the HTTP path: {cpu} "
-                     f"(API server on {stack.get('loop', '?')} + {stack.get('http', '?')})")
+                     f"(API server on {stack['loop']} + {stack['http']})")
         lines.append(f"{'':<10}{'delta':<10}throughput loss {100 * c['throughput_loss']:.2f} %, "
                      f"added TTFT mean {c['added_mean_ttft_ms']:.2f} ms / median "
                      f"{c['added_median_ttft_ms']:.2f} ms, added ITL {c['added_mean_itl_ms']:.2f} ms")

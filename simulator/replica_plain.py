@@ -19,10 +19,10 @@ class PlainReplica(Replica):
 
     With nothing to run it waits until ``submit`` wakes it. Step time: device time
     ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
-    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says (the
-    sum, with speculation, for every step formed while a verify step may come: the engine runs
-    those without overlap); the step record's ``duration`` is the device time and ``cpu_s`` the
-    host time.
+    ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says (with
+    speculation, ``cost.serial_wall`` for every step formed while a verify step may come: the
+    engine runs those without overlap); the step record's ``duration`` is the device time and
+    ``cpu_s`` the host time.
 
     With ``fast_forward`` (`FastForward`), right after each ``complete()`` a stretch of
     identical decode-only steps that start before the next arrival is applied in one event and

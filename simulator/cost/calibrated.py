@@ -148,9 +148,9 @@ class CalibratedCostModel(CostModel):
     def serial_wall(self, f: BatchFeatures, gpu: float, cpu: float) -> float:
         """With a host model: ``schedule()``, the launch with the device span placed as
         `HostParts` says (a graph step's span starts ``post`` before the launch ends, an eager
-        one's as the launch starts), then ``complete()`` and the loop; without one, the sum."""
+        one's as the launch starts), then ``complete()`` and the loop; without one, the default."""
         if self.calibration.host is None:
-            return gpu + cpu
+            return super().serial_wall(f, gpu, cpu)
         h = self.host_parts(f)
         dev = gpu if h.device is None else h.device
         if h.graph:
