@@ -14,7 +14,7 @@ BULK_ENDS = 16  # more new positions than this: indexed with array operations
 
 
 class NgramIndex:
-    """The n-grams (``min_n <= n <= max_n``) of one sequence's first ``size`` tokens, each
+    """The n-grams (``lo <= n <= max_n``, below) of one sequence's first ``size`` tokens, each
     mapped to the latest end position ``e <= size - 1`` (the sequence's own suffix, which ends
     at ``size``, is never an entry: it is the query).
 
@@ -22,19 +22,24 @@ class NgramIndex:
     longest suffix that has one (the tokens after it, at most ``k``), provided every call sees
     the tokens of the previous calls unchanged at the front of ``tokens`` (the accepted tokens of
     a request never change). A shorter sequence than the one indexed rebuilds the index.
-    Invariant: ``ends[n - min_n]`` holds exactly the n-grams ending at ``n .. size - 1``."""
+    ``may_match_after(tokens)`` tells whether a lookup could find anything once one more token,
+    still unknown, follows ``tokens``.
+    Invariant: ``ends[n - lo]`` holds exactly the n-grams ending at ``n .. size - 1``, for
+    ``lo = max(1, min_n - 1) <= n <= max_n`` (the ``min_n - 1``-grams answer
+    ``may_match_after``)."""
 
     def __init__(self, min_n: int, max_n: int) -> None:
         if not 1 <= min_n <= max_n:
             raise ValueError(f"need 1 <= min_n <= max_n, got {min_n}, {max_n}")
         self.min_n = min_n
         self.max_n = max_n
+        self.lo = max(1, min_n - 1)
         self.ends: list[dict[bytes, int]] = []
         self.size = 0
         self._reset()
 
     def _reset(self) -> None:
-        self.ends = [{} for _ in range(self.max_n - self.min_n + 1)]
+        self.ends = [{} for _ in range(self.max_n - self.lo + 1)]
         self.size = 0
 
     def _extend(self, toks: np.ndarray) -> None:
@@ -47,7 +52,7 @@ class NgramIndex:
         # new end positions: old .. size - 1 (the end ``old`` was the previous call's query);
         # keys are the n-grams' int32 bytes
         bulk = size - old > BULK_ENDS
-        for i, n in enumerate(range(self.min_n, self.max_n + 1)):
+        for i, n in enumerate(range(self.lo, self.max_n + 1)):
             first = max(old, n)
             if first >= size:
                 continue
@@ -68,7 +73,19 @@ class NgramIndex:
         self._extend(toks)
         size = toks.size
         for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
-            e = self.ends[n - self.min_n].get(toks[size - n:].tobytes())
+            e = self.ends[n - self.lo].get(toks[size - n:].tobytes())
             if e is not None:
                 return toks[e:e + k].copy()
         return toks[:0].copy()
+
+    def may_match_after(self, toks: np.ndarray) -> bool:
+        """Whether ``lookup`` of ``toks`` followed by any one token could propose: a match of
+        ``n >= min_n`` tokens ending at that token needs the ``n - 1`` tokens before it to have
+        occurred earlier with a token after them, so the ``min_n - 1``-gram suffix of ``toks``
+        must be indexed (always true for ``min_n = 1``)."""
+        m = self.min_n - 1
+        if m == 0:
+            return True
+        toks = np.ascontiguousarray(toks, dtype=np.int32)
+        self._extend(toks)
+        return toks.size >= m and toks[toks.size - m:].tobytes() in self.ends[m - self.lo]

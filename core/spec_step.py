@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from twinserve.core.request import Req
+from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.core.spec import SpecConfig, accept_greedy
 from twinserve.core.spec_cutoff import StepCosts, accepted_length_estimate, spec_batch_cutoff
 
@@ -45,7 +45,9 @@ class SpecDecoding:
     """Draft bookkeeping of one scheduler. Invariant: a staged draft's tokens lie in its
     request's buffer only between the launch and the completion of its verify step; a batch
     with verify rows is completed before the next is scheduled, and a request whose token is
-    still pending (an overlapped plain step in flight) does not draft."""
+    still pending (an overlapped plain step in flight) does not draft. `may_draft_next` is
+    false only when no running request could draft in the next step whatever its pending token
+    turns out to be (then an engine keeps overlapping its plain steps)."""
 
     def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
                  hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
@@ -61,12 +63,17 @@ class SpecDecoding:
         self.cfg = cfg
         self.k = cfg.num_tokens
         self._retain: Callable[[set[int]], None] | None = None
+        # whether r might draft once its one pending token is known (None: always)
+        self._may_after: Callable[[Req], bool] | None = None
         if propose is None:
             proposer = cfg.proposer()
             per_request = getattr(proposer, "propose_for", None)
             if per_request is not None:  # an incremental proposer keeps state per request id
                 propose = lambda r, k: per_request(r.rid, r.tokens[: r.num_tokens], k)  # noqa: E731
                 self._retain = proposer.retain
+                after = getattr(proposer, "may_propose_after", None)
+                if after is not None:
+                    self._may_after = lambda r: after(r.rid, r.tokens[: r.num_tokens - 1])  # noqa: E731
             else:
                 propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
         self.propose = propose
@@ -99,8 +106,10 @@ class SpecDecoding:
 
     def _update_cap(self) -> None:
         if self.costs is not None:
+            asked = int(self.proposed_len.sum())  # decode rows with room for k that asked for a draft
+            rate = 1.0 - self.proposed_len[0] / asked if asked else 1.0
             self.max_batch = spec_batch_cutoff(
-                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens, self.k))
+                self.costs, accepted_length_estimate(self.num_drafts, self.num_accepted_tokens, self.k, rate))
 
     def reset_counters(self) -> None:
         """Zero the counters (an engine's step-cost measurement leaves none behind)."""
@@ -116,6 +125,26 @@ class SpecDecoding:
         """Whether a step formed while ``num_running`` requests run may have verify rows: an
         engine with overlap scheduling completes its in-flight step before such a step."""
         return not self.paused and num_running <= self.max_batch
+
+    def may_draft_next(self, running: list[Req]) -> bool:
+        """Whether the next step may have verify rows once the in-flight plain step's tokens are
+        known: `may_draft` of the running count, and some running request may draft then: one
+        decoding without a pending token, or one whose proposer may find a match after its one
+        pending token (requests between prefill chunks and ones that never speculate cannot)."""
+        if not self.may_draft(len(running)):
+            return False
+        if self._may_after is None:
+            return True
+        for r in running:
+            p = r.params
+            if p.has_extras or (r.output_hint is not None and not self.hinted) or p.max_tokens - r.num_output <= 1:
+                continue
+            if r.pending == 1 and r.tokens[r.num_tokens - 1] == PLACEHOLDER:
+                if self._may_after(r):
+                    return True
+            elif r.pending or (r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len):
+                return True
+        return False
 
     def _may_speculate(self, r: Req) -> bool:
         p = r.params

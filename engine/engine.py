@@ -180,7 +180,7 @@ class Engine:
         spec = self.scheduler.spec
         if spec is not None:  # a step's option tensors have one row per request
             spec.paused = bool(self.options)
-            if self._inflight is not None and spec.may_draft(self.scheduler.num_running):
+            if self._inflight is not None and spec.may_draft_next(self.scheduler.running):
                 outs += self._complete(*self._inflight)  # drafts need every request's tokens known
                 self._inflight = None
         t = time.perf_counter()
@@ -203,7 +203,7 @@ class Engine:
                              launch_end=time.perf_counter() - self._t0, replay_end=fl.replay_at - self._t0,
                              plan_wait_s=fl.plan_wait_s, launch_cpu_s=launch_cpu,
                              graph_tokens=float(fl.graph_tokens),
-                             device_busy=float(fl.device_busy))
+                             device_busy=float(fl.device_busy), overlapped=float(self._inflight is not None))
             if self._idle_arrival is not None:
                 rec.extra["wake_s"] = max(0.0, t - self._t0 - self._idle_arrival)
                 self._idle_arrival = None

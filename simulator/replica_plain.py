@@ -87,7 +87,7 @@ class PlainReplica(Replica):
         if self.noise is not None:
             gpu = gpu * self.noise.one()
         spec = self.sched.spec
-        if spec is not None and spec.may_draft(self.sched.num_running):
+        if spec is not None and spec.may_draft_next(self.sched.running):
             wall = self.cost.serial_wall(f, gpu, cpu)  # the engine settles it before forming the next
         else:
             wall = self.cost.wall_time(gpu, cpu)

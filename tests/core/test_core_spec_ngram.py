@@ -43,3 +43,48 @@ def test_per_request_indexes_follow_the_running_requests() -> None:
     assert spec.draft(r, budget=8) == 2 and 7 in proposer_indexes
     spec.prepare_step([])  # r stopped running: its index goes (a reused rid starts afresh)
     assert proposer_indexes == {}
+
+
+@pytest.mark.parametrize("min_n,max_n,vocab", [(1, 3, 4), (2, 4, 4), (3, 4, 3), (3, 3, 6)])
+def test_may_match_after_is_exactly_whether_some_next_token_matches(min_n: int, max_n: int, vocab: int) -> None:
+    """``may_match_after(toks)`` is true exactly when some token y makes ``lookup(toks + [y])``
+    propose: false means no next token can give a proposal (the engine may overlap then)."""
+    rng = np.random.default_rng(min_n * 10 + vocab)
+    seen = set()
+    for _ in range(30):
+        toks = rng.integers(0, vocab, 60).astype(np.int32)
+        idx = NgramIndex(min_n, max_n)
+        for size in range(1, toks.size):
+            got = idx.may_match_after(toks[:size])
+            want = any(NgramIndex(min_n, max_n).lookup(np.append(toks[:size], y).astype(np.int32), 1).size
+                       for y in range(vocab))
+            assert got == want, (size, toks[:size].tolist())
+            seen.add(got)
+            if size % 7 == 0:  # the same index answers lookups in between
+                assert idx.lookup(toks[:size], 2).tolist() == NgramIndex(min_n, max_n).lookup(toks[:size], 2).tolist()
+    assert seen == ({True} if min_n == 1 else {True, False})
+
+
+def test_may_draft_next_looks_past_the_pending_token() -> None:
+    """A request whose pending token follows a never-seen bigram cannot draft next
+    (ngram_min=3); one whose bigram occurred before may; a decode without a pending token may;
+    with ngram_min=1 every decode may."""
+    spec = SpecDecoding(SpecConfig("ngram", 4, 3, 4))
+    r = make_req(1, [5, 6, 7, 8, 9], max_tokens=8)
+    r.append_placeholder()
+    r.pending = 1  # the plain step sampling its first output is in flight
+    r.num_computed = r.num_tokens - 1
+    assert not spec.may_draft_next([r])  # bigram (8, 9) never occurred earlier
+    q = make_req(2, [5, 6, 7, 5, 6], max_tokens=8)
+    q.append_placeholder()
+    q.pending = 1
+    q.num_computed = q.num_tokens - 1
+    assert spec.may_draft_next([q]) and spec.may_draft_next([r, q])  # (5, 6) occurred, followed by 7
+    one = SpecDecoding(SpecConfig("ngram", 4, 1, 4))
+    assert one.may_draft_next([r])
+    s = make_req(3, [5, 6, 7, 8, 9], max_tokens=8)
+    s.append_tokens(np.array([4], dtype=np.int32), 1)  # decodes now, nothing pending
+    s.num_computed = s.num_tokens - 1
+    assert spec.may_draft_next([s])
+    spec.paused = True
+    assert not spec.may_draft_next([q])

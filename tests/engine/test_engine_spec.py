@@ -44,7 +44,7 @@ def prompts():
 
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-SPEC = {"method": "ngram", "num_tokens": 4}
+SPEC = {"method": "ngram", "num_tokens": 4, "ngram_min": 1}  # the random model repeats no longer n-grams
 
 
 @pytest.mark.parametrize("mix", ["one", "batch", "chunked", "preempt"])
@@ -321,3 +321,36 @@ def test_warmup_leaves_no_speculation_counters(tiny_model_dir):
         assert eng.stats()["spec_decode_num_drafts"] == 0 and sp.proposed_len.sum() == 0
     finally:
         eng.shutdown()
+
+
+def _steps(model, prompt, params, spec):
+    from twinserve.engine.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(model), device="cpu", spec=spec, cpu_kv_tokens=4096, overlap=True))
+    try:
+        eng.add(Req(0, prompt, params, arrival=0.0))
+        out = []
+        while eng.has_work():
+            for o in eng.step():
+                out.extend(o.new_token_ids)
+        return out, [(rec.extra["overlapped"], rec.extra.get("spec_num_draft_tokens", 0.0)) for rec in eng.steps]
+    finally:
+        eng.shutdown()
+
+
+def test_overlap_keeps_steps_after_which_no_request_can_draft(tiny_model_dir, prompts):
+    """Speculation allowed at every batch size: with ``spec.ngram_min=3`` a plain step stays in
+    flight while the next is scheduled when the request's last two known tokens never occurred
+    before (no trigram can match whatever token is pending; the random model's outputs do not
+    repeat its prompt's period); with ``ngram_min=1`` some step has verify rows and nothing
+    launches behind one. Greedy output equals plain decoding in both."""
+    model = tiny_model_dir("tiny-llama")
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    want, _ = _run(model, prompts[:1], params, cpu_kv_tokens=4096, overlap=True)
+    got3, rows3 = _steps(model, prompts[0], params, {**SPEC, "ngram_min": 3})
+    got1, rows1 = _steps(model, prompts[0], params, {**SPEC, "ngram_min": 1})
+    assert [got3] == want and [got1] == want
+    assert sum(o for o, _ in rows3) > len(rows3) // 2
+    assert any(d > 0 for _, d in rows1)
+    for (o, d), (o_next, _) in zip(rows1, rows1[1:]):
+        assert not (d > 0 and o_next == 1.0)
