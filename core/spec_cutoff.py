@@ -1,9 +1,10 @@
 """`StepCosts` and `spec_batch_cutoff`: the batch size above which speculation stops paying.
 
 A plain decode step of ``B`` requests emits ``B`` tokens in ``decode_s[B]`` seconds; a step in
-which all of them verify a ``k``-token draft emits about ``B * L`` tokens (``L``: the mean
-accepted length, accepted drafts + 1 per verify row) in ``verify_s[B]``. Speculation pays at
-``B`` when ``verify_s[B] < L * decode_s[B]``. With ``spec.max_batch_size=auto`` the engine
+which they speculate costs at most ``verify_s[B]`` (all of them verifying a ``k``-token draft)
+and emits about ``B * L`` tokens, ``L`` the mean tokens per decode row: 1, plus the accepted
+draft tokens per verify row times the share of decode rows whose proposer found a draft.
+Speculation pays at ``B`` when ``verify_s[B] < L * decode_s[B]``. With ``spec.max_batch_size=auto`` the engine
 measures both costs at a few batch sizes (engine/spec_costs.py) and speculates only in steps
 formed while at most the cutoff runs; ``L`` starts at ``k + 1`` (every draft accepted: the
 engine speculates wherever that would pay until it has measured) and follows the measured mean
@@ -44,9 +45,11 @@ def spec_batch_cutoff(costs: StepCosts, accepted_length: float) -> int:
     return cut
 
 
-def accepted_length_estimate(num_rows: int, num_accepted: int, k: int) -> float:
-    """Mean tokens per verify row: the measured one after `MIN_VERIFY_ROWS` rows, else ``k + 1``
-    (the most a ``k``-token draft gives, so that acceptance gets measured wherever it could pay)."""
+def accepted_length_estimate(num_rows: int, num_accepted: int, k: int, proposal_rate: float = 1.0) -> float:
+    """Mean tokens per decode row of a speculating step: after `MIN_VERIFY_ROWS` verify rows,
+    1 plus their mean accepted draft tokens times ``proposal_rate`` (the share of decode rows
+    that got a draft; the others emit one token); before, ``k + 1`` (the most a ``k``-token
+    draft gives, so that acceptance gets measured wherever it could pay)."""
     if num_rows < MIN_VERIFY_ROWS:
         return float(k + 1)
-    return (num_accepted + num_rows) / num_rows
+    return 1.0 + proposal_rate * num_accepted / num_rows

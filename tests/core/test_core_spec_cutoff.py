@@ -86,3 +86,29 @@ def test_spec_decoding_speculates_up_to_the_measured_cutoff():
     assert spec.max_batch == 0 and spec.draft(reqs[0], budget=64) == 0 and not spec.may_draft(1)
     spec.reset_counters()  # back to the optimistic start
     assert spec.max_batch == 64
+
+
+def test_rows_without_a_draft_lower_the_cutoff():
+    """Step costs measured on the H200 (SmolLM2-135M, k = 8, ms): with 5.19 tokens per verify row
+    speculation pays up to 64 rows if every row gets a draft, but when only 3 in 10 do, each
+    row emits about 2.26 tokens and it pays only up to 8."""
+    costs = StepCosts({1: 1.092, 2: 1.097, 4: 1.091, 8: 1.103, 16: 1.097, 32: 1.097, 64: 1.350},
+                      {1: 2.197, 2: 2.241, 4: 2.398, 8: 2.487, 16: 2.762, 32: 3.364, 64: 6.969})
+    rows, accepted = 1000, 4190
+    assert accepted_length_estimate(rows, accepted, k=8, proposal_rate=0.3) == pytest.approx(2.257)
+    assert spec_batch_cutoff(costs, accepted_length_estimate(rows, accepted, k=8)) == 64
+    assert spec_batch_cutoff(costs, accepted_length_estimate(rows, accepted, k=8, proposal_rate=0.3)) == 8
+
+
+def test_spec_decoding_counts_the_rows_that_found_no_draft():
+    from twinserve.core.spec_step import SpecDecoding
+
+    spec = SpecDecoding(SpecConfig.of({"method": "ngram", "num_tokens": 8, "max_batch_size": "auto"}))
+    spec.num_drafts, spec.num_accepted_tokens = 1000, 4190
+    spec.proposed_len[8] = 1000
+    spec.proposed_len[0] = 2333  # 3 in 10 of the rows that asked got a draft
+    spec.set_costs(StepCosts({1: 1.092, 8: 1.103, 16: 1.097, 64: 1.350}, {1: 2.197, 8: 2.487, 16: 2.762, 64: 6.969}))
+    assert spec.max_batch == 8
+    spec.proposed_len[0] = 0
+    spec.set_costs(spec.costs)
+    assert spec.max_batch == 64
