@@ -2,7 +2,7 @@
 
     twinserve-bench spec --model DIR [--workload code_edit] [--num-tokens 4] [--requests 64]
         [--ngram-batch 1 64] [--layers 24 28] [--layers-batch 1 16] [--max-output N]
-        [--spec-max-batch-size B|auto]
+        [--spec-max-batch-size B|auto] [--ngram-k K ...] [--ngram-min N ...] [--ngram-max N]
         [--device auto] [--out DIR] [--name NAME]
 
 Every request of the workload (tokenized by the checkpoint's own tokenizer, greedy,
@@ -42,13 +42,19 @@ class SpecRun:
 
 
 def plan(ngram_batch: list[int], layers: list[int], layers_batch: list[int], k: int,
-         max_batch_size: int = 0) -> list[SpecRun]:
+         max_batch_size: int = 0, ngram: list[dict[str, int]] | None = None) -> list[SpecRun]:
     """Plain runs first (one per batch size used), then the speculating ones (each with
-    ``spec.max_batch_size``)."""
+    ``spec.max_batch_size``): an ngram run per batch size and per entry of ``ngram`` (spec keys
+    such as ``num_tokens`` and ``ngram_min`` over the defaults; labelled ``ngram`` when there
+    is one entry, else ``ngram-`` and its values)."""
     sizes = sorted(set(ngram_batch) | (set(layers_batch) if layers else set()))
     cap = {"num_tokens": k, "max_batch_size": max_batch_size}
     runs = [SpecRun("none", b, {}) for b in sizes]
-    runs += [SpecRun("ngram", b, {"method": "ngram", **cap}) for b in ngram_batch]
+    variants = ngram or [{}]
+    for v in variants:
+        tag = "-".join(f"{key.replace('ngram_', '')}{val}" for key, val in v.items())
+        label = "ngram" if len(variants) == 1 else f"ngram-{tag}"
+        runs += [SpecRun(label, b, {"method": "ngram", **cap, **v}) for b in ngram_batch]
     runs += [SpecRun(f"layers:{n}", b, {"method": "draft", "draft": f"layers:{n}", **cap})
              for n in layers for b in layers_batch]
     return runs
@@ -112,6 +118,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--layers", type=int, nargs="*", default=[24, 28])
     ap.add_argument("--layers-batch", type=int, nargs="*", default=[1, 16])
     ap.add_argument("--max-output", type=int, default=None, help="cap each request's output length")
+    ap.add_argument("--ngram-min", type=int, nargs="*", default=[], help="spec.ngram_min of the ngram runs, one run each (default: the config's)")
+    ap.add_argument("--ngram-max", type=int, default=None, help="spec.ngram_max of the ngram runs")
+    ap.add_argument("--ngram-k", type=int, nargs="*", default=[], help="k of the ngram runs, one run each with each --ngram-min (default: --num-tokens)")
     ap.add_argument("--spec-max-batch-size", type=_max_batch, default=0,
                     help="spec.max_batch_size of the speculating runs (0: no limit; auto: the engine measures it)")
     ap.add_argument("--device", default="auto")
@@ -128,7 +137,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     plain: dict[int, tuple[dict[str, Any], list[list[int]]]] = {}
-    for run in plan(args.ngram_batch, args.layers, args.layers_batch, args.num_tokens, args.spec_max_batch_size):
+    ngram = [{**({"num_tokens": k} if k else {}), **({"ngram_min": m} if m else {}),
+              **({"ngram_max": args.ngram_max} if args.ngram_max else {})}
+             for k in (args.ngram_k or [0]) for m in (args.ngram_min or [0])]
+    for run in plan(args.ngram_batch, args.layers, args.layers_batch, args.num_tokens, args.spec_max_batch_size, ngram):
         try:
             row, toks = run_once(args.model, prompts, outs, run, args.device)
         except Exception as e:  # one failed run leaves the others to run

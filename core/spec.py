@@ -41,7 +41,7 @@ class SpecConfig:
 
     method: str = "none"
     num_tokens: int = 0
-    ngram_min: int = 1
+    ngram_min: int = 3
     ngram_max: int = 4
     draft: str = ""
     acceptance: Any = None
@@ -110,11 +110,14 @@ class NgramProposer:
     it. No match for any n: an empty proposal. ``propose`` is a pure function of ``tokens``
     (a scan); ``propose_for(key, tokens, k)`` gives the same answer from an `NgramIndex` kept
     per ``key`` (a request id), whose ``tokens`` only grow between calls; ``retain(keys)`` drops
-    the indexes of every other key."""
+    the indexes of every other key. ``may_propose_after(key, tokens)``: whether ``propose_for``
+    could find a match once one more (unknown) token follows ``tokens``."""
 
-    def __init__(self, cfg: SpecConfig | None = None, ngram_min: int = 1, ngram_max: int = 4) -> None:
-        self.min_n = cfg.ngram_min if cfg is not None else ngram_min
-        self.max_n = cfg.ngram_max if cfg is not None else ngram_max
+    def __init__(self, cfg: SpecConfig | None = None, ngram_min: int | None = None,
+                 ngram_max: int | None = None) -> None:
+        cfg = cfg if cfg is not None else SpecConfig()
+        self.min_n = cfg.ngram_min if ngram_min is None else ngram_min
+        self.max_n = cfg.ngram_max if ngram_max is None else ngram_max
         self._indexes: dict[int, NgramIndex] = {}
 
     def propose_for(self, key: int, tokens: np.ndarray, k: int) -> np.ndarray:
@@ -122,6 +125,12 @@ class NgramProposer:
         if idx is None:
             idx = self._indexes[key] = NgramIndex(self.min_n, self.max_n)
         return idx.lookup(np.asarray(tokens), k)
+
+    def may_propose_after(self, key: int, tokens: np.ndarray) -> bool:
+        idx = self._indexes.get(key)
+        if idx is None:
+            idx = self._indexes[key] = NgramIndex(self.min_n, self.max_n)
+        return idx.may_match_after(np.asarray(tokens))
 
     def retain(self, keys: "set[int]") -> None:
         for key in self._indexes.keys() - keys:

@@ -24,3 +24,13 @@ def test_spec_bench_dry_run(real_model_dir, tmp_path):
     assert json.loads((tmp_path / "runs_code_edit.json").read_text())[-1]["spec"] == "layers:99"
     m = AcceptanceModel.from_config({"acceptance_file": str(tmp_path / "spec_code_edit_layers30_b1.json")}, 3)
     assert m.rates == (1.0, 1.0, 1.0)
+
+
+def test_plan_runs_one_ngram_variant_per_k_and_min():
+    from twinserve.bench.spec import plan
+
+    runs = plan([1], [], [1], 4, 0, [{"num_tokens": 8, "ngram_min": 1}, {"num_tokens": 12, "ngram_min": 3}])
+    assert [(r.label, r.batch) for r in runs] == [("none", 1), ("ngram-num_tokens8-min1", 1),
+                                                  ("ngram-num_tokens12-min3", 1)]
+    assert runs[2].spec == {"method": "ngram", "num_tokens": 12, "max_batch_size": 0, "ngram_min": 3}
+    assert [r.label for r in plan([1], [], [1], 4)] == ["none", "ngram"]

@@ -46,7 +46,7 @@ def prompts():
     return out
 
 
-@pytest.mark.parametrize("spec", [{"method": "ngram", "num_tokens": 4},
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_tokens": 4, "ngram_min": 1},
                                   {"method": "draft", "draft": "layers:2", "num_tokens": 3}], ids=["ngram", "layers2"])
 @pytest.mark.parametrize("mix", ["batch", "chunked"])
 def test_greedy_equals_plain_on_cuda(tiny_model_dir, prompts, spec, mix):
@@ -63,7 +63,7 @@ def test_greedy_equals_plain_on_cuda(tiny_model_dir, prompts, spec, mix):
 def test_sampled_requests_speculate_on_cuda(tiny_model_dir, prompts):
     model = tiny_model_dir("tiny-llama")
     hot = SamplingParams(temperature=0.8, seed=5, max_tokens=40, ignore_eos=True)
-    spec = {"method": "ngram", "num_tokens": 4}
+    spec = {"method": "ngram", "num_tokens": 4, "ngram_min": 1}
     a, stats = _run(model, prompts, hot, spec)
     b, _ = _run(model, prompts, hot, spec)
     assert a == b and all(len(x) == 40 for x in a)
