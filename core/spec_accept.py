@@ -11,8 +11,11 @@ next ``a`` tokens then a token that differs from the answer, so the scheduler's 
 Sources: ``spec.acceptance`` (one rate for every position, or a list of k rates; every proposal
 then has k tokens) or ``spec.acceptance_file`` (a JSON file: either ``{"acceptance_rates":
 [...], "proposed_length_counts": [...]}`` or an engine run's ``summary.json`` with its
-``spec_decode_*`` counters, from which `from_counters` derives both, and the time a draft
-model's proposals took per step, ``draft_step_s``, which the simulator adds to such steps).
+``spec_decode_*`` counters, from which `from_counters` derives both, the time a draft
+model's proposals took per step, ``draft_step_s``, which the simulator adds to such steps, and
+``no_match_rate``, the share of the requests the engine checked past a pending token
+(``spec_decode_num_after_checked``) after which no draft could follow
+(``spec_decode_num_after_no_match``): the simulator draws the same, `may_draft_after`).
 """
 
 from __future__ import annotations
@@ -38,10 +41,16 @@ class AcceptanceModel:
     length_probs: tuple[float, ...]
     seed: int = 0
     draft_step_s: float = 0.0  # seconds a draft model's proposals add to a step with verify rows
+    # the chance that no draft can follow a request's next token, whatever it is (an engine's
+    # prompt lookup then keeps its overlap: `SpecDecoding.may_draft_next`)
+    no_match_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.rates or any(not 0.0 <= a <= 1.0 for a in self.rates):
             raise UserError(f"spec acceptance rates must lie in [0, 1], got {list(self.rates)}", key="spec.acceptance")
+        if not 0.0 <= self.no_match_rate <= 1.0:
+            raise UserError(f"spec acceptance: no-match rate {self.no_match_rate} is not in [0, 1]",
+                            key="spec.acceptance_file")
         if len(self.length_probs) != len(self.rates) + 1 or abs(sum(self.length_probs) - 1.0) > 1e-6:
             raise UserError("spec acceptance: proposed-length probabilities must be k + 1 values summing to 1",
                             key="spec.acceptance_file")
@@ -64,6 +73,14 @@ class AcceptanceModel:
         while a < d and u[a] < self.rates[a]:
             a += 1
         return d, a
+
+    def may_draft_after(self, r: Req) -> bool:
+        """Whether ``r`` might draft after its latest token: false with ``no_match_rate``, drawn
+        from (``seed``, request id, output index) like the proposals."""
+        if self.no_match_rate <= 0.0:
+            return True
+        pos = r.num_tokens - r.prompt_len
+        return bool(np.random.default_rng([self.seed, r.rid, pos, 1]).random() >= self.no_match_rate)
 
     def propose(self, r: Req, k: int) -> np.ndarray:
         """A draft for the decode of ``r`` (at most ``k`` tokens) built from its answer."""
@@ -92,7 +109,10 @@ class AcceptanceModel:
         acc = np.array([float(stats[f"spec_decode_num_accepted_tokens_pos{j}"]) for j in range(k)])
         rates = np.where(reached > 0, acc / np.maximum(reached, 1), 0.0)
         lens = np.array([float(stats.get(f"spec_decode_num_proposed_len{n}", 0)) for n in range(k + 1)])
-        return cls(tuple(rates.tolist()), _probs(lens), seed, float(stats.get("spec_decode_draft_s_per_step", 0.0)))
+        checked = float(stats.get("spec_decode_num_after_checked", 0))
+        no_match = float(stats.get("spec_decode_num_after_no_match", 0)) / checked if checked else 0.0
+        return cls(tuple(rates.tolist()), _probs(lens), seed, float(stats.get("spec_decode_draft_s_per_step", 0.0)),
+                   no_match)
 
     @classmethod
     def from_config(cls, spec: Mapping[str, Any], k: int, seed: int = 0) -> "AcceptanceModel":

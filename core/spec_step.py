@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from twinserve.core.request import PLACEHOLDER, Req
+from twinserve.core.request import PLACEHOLDER, Req, ReqState
 from twinserve.core.spec import SpecConfig, accept_greedy
 from twinserve.core.spec_cutoff import StepCosts, accepted_length_estimate, spec_batch_cutoff
 
@@ -50,13 +50,16 @@ class SpecDecoding:
     turns out to be (then an engine keeps overlapping its plain steps)."""
 
     def __init__(self, cfg: SpecConfig, propose: Callable[[Req, int], np.ndarray] | None = None,
-                 hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None) -> None:
+                 hinted: bool = False, prepare: Callable[[list[Req], int], None] | None = None,
+                 may_after: Callable[[Req], bool] | None = None) -> None:
         """``propose(r, k)``: up to ``k`` draft ids for the decode of ``r`` (whose KV covers all
         its known tokens but the last); None: ``cfg``'s token-only proposer on ``r``'s tokens.
         ``hinted``: requests with an ``output_hint`` speculate too (the simulator, whose answers
         are hints; an engine replays hints without speculation). ``prepare(reqs, k)``: called
         by `prepare_step` with the decodes that may speculate in the coming step, so that a
-        model proposer drafts for all of them in one batch before ``propose`` asks one by one."""
+        model proposer drafts for all of them in one batch before ``propose`` asks one by one.
+        ``may_after(r)``: whether ``r`` might draft once the token after its known ones is known
+        (None: the token-only proposer's own answer, else always), for `may_draft_next`."""
         cfg.validate()
         if not cfg.enabled:
             raise ValueError("SpecDecoding needs a spec method and num_tokens >= 1")
@@ -64,7 +67,7 @@ class SpecDecoding:
         self.k = cfg.num_tokens
         self._retain: Callable[[set[int]], None] | None = None
         # whether r might draft once its one pending token is known (None: always)
-        self._may_after: Callable[[Req], bool] | None = None
+        self._may_after: Callable[[Req], bool] | None = may_after
         if propose is None:
             proposer = cfg.proposer()
             per_request = getattr(proposer, "propose_for", None)
@@ -72,7 +75,7 @@ class SpecDecoding:
                 propose = lambda r, k: per_request(r.rid, r.tokens[: r.num_tokens], k)  # noqa: E731
                 self._retain = proposer.retain
                 after = getattr(proposer, "may_propose_after", None)
-                if after is not None:
+                if after is not None and may_after is None:
                     self._may_after = lambda r: after(r.rid, r.tokens[: r.num_tokens - 1])  # noqa: E731
             else:
                 propose = lambda r, k: proposer.propose(r.tokens[: r.num_tokens], k)  # noqa: E731
@@ -94,6 +97,9 @@ class SpecDecoding:
         self.step_counts: dict[int, list[int]] = {}  # step id -> [draft tokens, accepted], see `settle_step`
         self._step: list[int] = [0, 0]
         self.paused = False  # set by the engine while a live request uses sampling options
+        self.held = False  # set by the simulator for a step that overlaps its predecessor: no drafts
+        self.num_after_checked = 0  # requests `may_draft_next` asked about past a pending token
+        self.num_after_no_match = 0  # ... of which no draft could follow
         # speculate in steps formed while at most this many run; auto: set from `set_costs`
         self.costs: StepCosts | None = None
         self.max_batch: float = cfg.max_batch_size if cfg.max_batch_size > 0 else float("inf")
@@ -119,6 +125,7 @@ class SpecDecoding:
         self.proposed_len[:] = 0
         self.step_counts.clear()
         self.prepare_total_s, self.num_prepares = 0.0, 0
+        self.num_after_checked = self.num_after_no_match = 0
         self._update_cap()
 
     def may_draft(self, num_running: int) -> bool:
@@ -126,29 +133,40 @@ class SpecDecoding:
         engine with overlap scheduling completes its in-flight step before such a step."""
         return not self.paused and num_running <= self.max_batch
 
-    def may_draft_next(self, running: list[Req]) -> bool:
+    def may_draft_next(self, running: list[Req], settled: bool = False) -> bool:
         """Whether the next step may have verify rows once the in-flight plain step's tokens are
         known: `may_draft` of the running count, and some running request may draft then: one
         decoding without a pending token, or one whose proposer may find a match after its one
-        pending token (requests between prefill chunks and ones that never speculate cannot)."""
+        pending token (requests between prefill chunks and ones that never speculate cannot).
+        ``settled``: the previous step is complete (the simulator's loop), and every decoding
+        request's last token stands for the one an overlapping engine would have pending.
+        Counts every request it asks about in ``num_after_checked`` / ``num_after_no_match``.
+        Requests of ``running`` that ended (the scheduler drops them at its next schedule) do
+        not count."""
+        running = [r for r in running if r.state is ReqState.RUNNING]
         if not self.may_draft(len(running)):
             return False
         if self._may_after is None:
             return True
+        may = False
         for r in running:
             p = r.params
             if p.has_extras or (r.output_hint is not None and not self.hinted) or p.max_tokens - r.num_output <= 1:
                 continue
-            if r.pending == 1 and r.tokens[r.num_tokens - 1] == PLACEHOLDER:
+            decoding = r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len
+            if (r.pending == 1 and r.tokens[r.num_tokens - 1] == PLACEHOLDER) or (settled and decoding and not r.pending):
+                self.num_after_checked += 1
                 if self._may_after(r):
-                    return True
-            elif r.pending or (r.num_tokens - r.num_computed == 1 and r.num_tokens > r.prompt_len):
-                return True
-        return False
+                    may = True
+                else:
+                    self.num_after_no_match += 1
+            elif r.pending or decoding:
+                may = True
+        return may
 
     def _may_speculate(self, r: Req) -> bool:
         p = r.params
-        return not (self.paused or p.has_extras or (r.output_hint is not None and not self.hinted)
+        return not (self.paused or self.held or p.has_extras or (r.output_hint is not None and not self.hinted)
                     or r.pending or self._num_running > self.max_batch)
 
     def prepare_step(self, running: list[Req]) -> None:
@@ -257,6 +275,8 @@ def combined_stats(specs: "list[SpecDecoding]") -> dict[str, float]:
         "spec_decode_num_accepted_tokens": acc,
         "spec_decode_mean_accepted_length": (acc + n) / n if n else 0.0,
     }
+    out["spec_decode_num_after_checked"] = sum(sp.num_after_checked for sp in specs)
+    out["spec_decode_num_after_no_match"] = sum(sp.num_after_no_match for sp in specs)
     preps = sum(sp.num_prepares for sp in specs)
     if preps:  # a draft model ran: its mean proposal time per step
         out["spec_decode_draft_s_per_step"] = sum(sp.prepare_total_s for sp in specs) / preps

@@ -130,7 +130,8 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
             scheduling_kwargs=pol.scheduling_kwargs, memory_kwargs=pol.memory_kwargs,
             cache_kwargs=pol.cache_kwargs, eos_token_ids=rc.eos_token_ids, checked=checked)
         if accept is not None:
-            s.spec = SpecDecoding(spec, accept.propose, hinted=True)
+            s.spec = SpecDecoding(spec, accept.propose, hinted=True,
+                                  may_after=accept.may_draft_after if accept.no_match_rate > 0 else None)
             s.spec.draft_step_s = accept.draft_step_s
         made.append(s)
         return s

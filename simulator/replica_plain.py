@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Generator
 
 from twinserve.core.batch import Batch
+from twinserve.core.request import ReqState
 from twinserve.simulator.fast_forward import FastForward, StretchRun
 from twinserve.simulator.replica import Replica, ReplicaSetup
 from twinserve.simulator.timing import STEP_END, At
@@ -20,9 +21,10 @@ class PlainReplica(Replica):
     With nothing to run it waits until ``submit`` wakes it. Step time: device time
     ``cost.step_time(features)`` (times a noise factor when ``noise`` is set), host time
     ``cost.cpu_time``, wall time ``max`` or sum of the two as the model's ``overlap`` says (with
-    speculation, ``cost.serial_wall`` for every step formed while a verify step may come: the
-    engine runs those without overlap); the step record's ``duration`` is the device time and
-    ``cpu_s`` the host time.
+    speculation, ``cost.serial_wall`` for every step formed after a step with verify rows or
+    while `SpecDecoding.may_draft_next` says a verify step may come: the engine runs those
+    without overlap; the other steps draft nothing, as the engine's pending requests do not);
+    the step record's ``duration`` is the device time and ``cpu_s`` the host time.
 
     With ``fast_forward`` (`FastForward`), right after each ``complete()`` a stretch of
     identical decode-only steps that start before the next arrival is applied in one event and
@@ -36,6 +38,9 @@ class PlainReplica(Replica):
     mode = "plain"
 
     def __init__(self, setup: ReplicaSetup) -> None:
+        # with speculation: the current step is priced without overlap (None: decided once formed)
+        self._serial: bool | None = False
+        self._after_verify = False  # the previous step had verify rows (the engine settled it at once)
         self._ff = FastForward(setup.sched, setup.cost, setup.steps, setup.index, setup.noise,
                                setup.max_stretch, setup.check, setup.plan) if setup.fast_forward else None
         super().__init__(setup)
@@ -52,7 +57,9 @@ class PlainReplica(Replica):
         env, sched = self.env, self.sched
         while True:
             yield from self._take_turn()
+            self._gate_spec()
             batch = self._schedule()
+            self._after_verify = batch is not None and batch.drafts is not None
             if batch is None:
                 self._end_turn()
                 yield from self._wait_for_work()
@@ -73,6 +80,20 @@ class PlainReplica(Replica):
     def _schedule(self) -> Batch | None:
         return self.sched.schedule(self.env.now)
 
+    def _gate_spec(self) -> None:
+        """Before a step is formed with speculation: whether the engine would settle its
+        in-flight step first (always after verify rows; else `SpecDecoding.may_draft_next`),
+        which prices the step without overlap; if not, the step drafts nothing (``held``)."""
+        spec = self.sched.spec
+        if spec is None:
+            return
+        if not any(r.state is ReqState.RUNNING for r in self.sched.running):
+            self._serial = None  # only admissions: no drafts; priced by the batch's running count
+            spec.held = False
+            return
+        self._serial = self._after_verify or spec.may_draft_next(self.sched.running, settled=True)
+        spec.held = not self._serial
+
     def _started(self, t: float) -> None:
         """A step starts at ``t``."""
         return None
@@ -87,7 +108,9 @@ class PlainReplica(Replica):
         if self.noise is not None:
             gpu = gpu * self.noise.one()
         spec = self.sched.spec
-        if spec is not None and spec.may_draft_next(self.sched.running):
+        if spec is not None and self._serial is None:
+            self._serial = spec.may_draft(self.sched.num_running)
+        if spec is not None and self._serial:
             wall = self.cost.serial_wall(f, gpu, cpu)  # the engine settles it before forming the next
         else:
             wall = self.cost.wall_time(gpu, cpu)

@@ -51,3 +51,18 @@ def test_from_counters_measures_rates_and_lengths():
         "spec_decode_num_reached_pos1": 8, "spec_decode_num_accepted_tokens_pos1": 2,
         "spec_decode_num_proposed_len0": 5, "spec_decode_num_proposed_len1": 5, "spec_decode_num_proposed_len2": 10})
     assert m.rates == pytest.approx((0.8, 0.25)) and m.length_probs == pytest.approx((0.25, 0.25, 0.5))
+    assert m.no_match_rate == 0.0  # counters from before the engine checked past pending tokens
+
+
+def test_no_match_rate_from_counters_and_its_draws():
+    m = AcceptanceModel.from_counters({
+        "spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 8,
+        "spec_decode_num_proposed_len0": 5, "spec_decode_num_proposed_len1": 5,
+        "spec_decode_num_after_checked": 40, "spec_decode_num_after_no_match": 30})
+    assert m.no_match_rate == pytest.approx(0.75)
+    reqs = [make_req(i, 5, max_tokens=4) for i in range(400)]
+    draws = [m.may_draft_after(r) for r in reqs]
+    assert draws == [m.may_draft_after(r) for r in reqs]  # a pure function of seed, rid, position
+    assert abs(1 - sum(draws) / len(draws) - 0.75) < 0.07
+    with pytest.raises(UserError):
+        AcceptanceModel((0.5,), (0.5, 0.5), no_match_rate=1.5)

@@ -7,6 +7,7 @@ import pytest
 
 from helpers_core import make_req
 from twinserve.core.spec import NgramProposer, SpecConfig
+from twinserve.core.request import ReqState
 from twinserve.core.spec_ngram import NgramIndex
 from twinserve.core.spec_step import SpecDecoding
 
@@ -74,17 +75,23 @@ def test_may_draft_next_looks_past_the_pending_token() -> None:
     r.append_placeholder()
     r.pending = 1  # the plain step sampling its first output is in flight
     r.num_computed = r.num_tokens - 1
+    r.state = q_state = ReqState.RUNNING
     assert not spec.may_draft_next([r])  # bigram (8, 9) never occurred earlier
     q = make_req(2, [5, 6, 7, 5, 6], max_tokens=8)
     q.append_placeholder()
     q.pending = 1
     q.num_computed = q.num_tokens - 1
+    q.state = q_state
     assert spec.may_draft_next([q]) and spec.may_draft_next([r, q])  # (5, 6) occurred, followed by 7
     one = SpecDecoding(SpecConfig("ngram", 4, 1, 4))
     assert one.may_draft_next([r])
     s = make_req(3, [5, 6, 7, 8, 9], max_tokens=8)
     s.append_tokens(np.array([4], dtype=np.int32), 1)  # decodes now, nothing pending
     s.num_computed = s.num_tokens - 1
+    s.state = q_state
     assert spec.may_draft_next([s])
+    assert spec.num_after_checked == 4 and spec.num_after_no_match == 2  # r twice, q twice
+    s.state = ReqState.FINISHED
+    assert not spec.may_draft_next([s])  # an ended request no longer counts
     spec.paused = True
     assert not spec.may_draft_next([q])

@@ -141,9 +141,10 @@ def test_sim_auto_cutoff_needs_an_engine_measurement(make_cfg: Any, tmp_path: Pa
 
 
 def test_sim_runs_steps_that_may_speculate_without_overlap(make_cfg: Any, tmp_path: Path) -> None:
-    """The engine settles a step formed while a verify step may come before it forms the next:
-    the simulator prices such a step at device + host time, not the larger of the two; above
-    ``spec.max_batch_size`` running requests steps overlap again."""
+    """The engine settles its in-flight step before it forms one while a verify step may come
+    (decided from the requests running before the step is formed): the simulator prices such a
+    step at device + host time, not the larger of the two; formed while more than
+    ``spec.max_batch_size`` requests run, steps overlap again."""
     cost = ["cost_model=constant", "cost_model.step_s=0.004", "cost_model.cpu_s=0.001", "cost_model.overlap=true"]
     two = ["workload.num_requests=2", "workload.output_len=40"]
     for name, extra in (("plain", []), ("spec", [*SPEC, "spec.max_batch_size=1"])):
@@ -152,6 +153,43 @@ def test_sim_runs_steps_that_may_speculate_without_overlap(make_cfg: Any, tmp_pa
     for name in ("plain", "spec"):
         steps = load_run(tmp_path / name)[1].sort_values("start")
         steps["gap"] = steps["start"].shift(-1) - steps["start"]
-        gap[name] = {n: g["gap"].dropna().to_numpy() for n, g in steps.iloc[:-1].groupby("num_seqs")}
-    assert all(np.allclose(g, 0.004) for g in gap["plain"].values())
-    assert np.allclose(gap["spec"][1], 0.005) and np.allclose(gap["spec"][2], 0.004)
+        # settled first: formed right after a step with verify rows, or while one request ran
+        # (at most the fewer of its own and the previous step's sequences)
+        one = np.minimum(steps["num_seqs"], steps["num_seqs"].shift(1)) == 1
+        drafted = steps.get("spec_num_draft_tokens", 0.0 * steps["num_seqs"]).shift(1) > 0
+        steps["serial"] = drafted | one if name == "spec" else False
+        gap[name] = {k: g["gap"].dropna().to_numpy() for k, g in steps.iloc[1:-1].groupby("serial")}
+    assert np.allclose(np.concatenate(list(gap["plain"].values())), 0.004)
+    assert np.allclose(gap["spec"][True], 0.005) and np.allclose(gap["spec"][False], 0.004)
+    assert len(gap["spec"][True]) > 10 and len(gap["spec"][False]) >= 3
+
+
+@pytest.mark.parametrize("no_match", [0, 60, 100])
+def test_sim_overlaps_steps_after_which_no_draft_can_follow(make_cfg: Any, tmp_path: Path, no_match: int) -> None:
+    """An engine summary whose prompt lookup found, for ``no_match`` of 100 requests checked past
+    a pending token, that no draft could follow: the simulator draws the same share, and a step
+    where it holds for every running request drafts nothing and overlaps its predecessor (one
+    request at a time: it holds exactly when the draw says so)."""
+    counters = {"spec_decode_num_reached_pos0": 100, "spec_decode_num_accepted_tokens_pos0": 80,
+                "spec_decode_num_proposed_len0": 50, "spec_decode_num_proposed_len1": 50,
+                "spec_decode_num_after_checked": 100, "spec_decode_num_after_no_match": no_match}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"spec": counters}))
+    cost = ["cost_model=constant", "cost_model.step_s=0.004", "cost_model.cpu_s=0.001", "cost_model.overlap=true"]
+    run_experiment(make_cfg(*SMALL, *cost, "workload.num_requests=1", "workload.output_len=300", "spec.method=ngram",
+                            "spec.num_tokens=1", f"spec.acceptance_file={path}"), tmp_path / "run")
+    _, steps, summary = load_run(tmp_path / "run")
+    steps = steps.sort_values("start")
+    gap = (steps["start"].shift(-1) - steps["start"]).iloc[1:-1]
+    drafted = steps["spec_num_draft_tokens"].iloc[1:-1] > 0
+    after_verify = (steps["spec_num_draft_tokens"].shift(1) > 0).iloc[1:-1]
+    overlapped = np.isclose(gap, 0.004)
+    assert not (overlapped & (drafted | after_verify)).any()  # held steps draft nothing; verify steps settle
+    checked = summary["spec"]["spec_decode_num_after_checked"]
+    assert overlapped.sum() == summary["spec"]["spec_decode_num_after_no_match"]
+    if no_match == 0:  # nothing to draw: every step may draft, as before such counters existed
+        assert checked == 0 and summary["spec"]["spec_decode_num_drafts"] > 50
+        return
+    share = summary["spec"]["spec_decode_num_after_no_match"] / checked
+    assert checked > 50 and abs(share - no_match / 100) < 0.15
+    assert (summary["spec"]["spec_decode_num_drafts"] == 0) == (no_match == 100)
