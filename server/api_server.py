@@ -115,19 +115,25 @@ async def _admit(st: AppState, request: Request, build: Callable[[int], Tokenize
 
 
 async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_usage: bool) -> AsyncIterator[bytes]:
+    """The stream's SSE bytes: one event per delta (clients time tokens by events), one write per
+    batch; the last batch carries the usage chunk and ``[DONE]`` in the same write."""
     for chunk in fmt.start(len(streams)):
         yield sse_data(chunk)
+    left = len(streams)  # streams whose finishing delta is still to come
     try:
         async for i, batch in merged_batches([st.client.delta_batches(s) for s in streams]):
-            # one SSE event per delta (clients time tokens by events), one write per batch
             data = b"".join(e for e in (fmt.event(d, i) for d in batch) if e is not None)
+            left -= sum(1 for d in batch if d.finished)
+            if left == 0:
+                usage = sse_data(fmt.usage(_usage(st, streams))) if include_usage else b""
+                yield data + usage + SSE_DONE
+                return
             if data:
                 yield data
     except APIError as e:
-        yield sse_data(e.body)
-        yield SSE_DONE
+        yield sse_data(e.body) + SSE_DONE
         return
-    if include_usage:
+    if include_usage:  # not reached when every stream ended with its finishing delta
         yield sse_data(fmt.usage(_usage(st, streams)))
     yield SSE_DONE
 
