@@ -15,7 +15,9 @@ client's first send (wall clock; every process runs on this host):
 - ``headers_p50`` / ``headers_max``: responses whose headers arrived (the engine's ``Accepted``
   made it back), and ``ttft_mean`` / ``done``: first token, and the last stream's end.
 
-Each repeat waits for the server to be idle, so every burst is one window of the probe.
+The client (bench_transport, on uvloop when installed) opens its connections before the burst
+unless ``--cold``. Each repeat waits for the server to be idle, so every burst is one window of
+the probe.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from twinserve.bench.ingest_probe import WINDOW_GAP_S
 
@@ -77,13 +79,19 @@ async def _one(client: Any, body: dict[str, Any], t: BurstTimes) -> None:
         t.error = f"{type(e).__name__}: {e}"
 
 
-async def _burst(url: str, transport: str, bodies: list[dict[str, Any]]) -> list[BurstTimes]:
+async def _burst(url: str, transport: str, bodies: list[bytes], warm: bool,
+                 on_start: Callable[[], None]) -> list[BurstTimes]:
+    """Send ``bodies`` at once (``on_start()`` just before, after the warm connections)."""
+    from twinserve.server.bench_client import _warm
     from twinserve.server.bench_transport import TRANSPORTS, transport_name
 
     async with TRANSPORTS.create(transport_name(transport), base_url=url, timeout_s=600.0,
                                  max_connections=100_000, headers={}) as client:
         await client.get_json("/v1/models")
+        if warm:
+            await _warm([client], None, len(bodies))
         times = [BurstTimes() for _ in bodies]
+        on_start()
         await asyncio.gather(*(_one(client, b, t) for b, t in zip(bodies, times)))
     return times
 
@@ -108,24 +116,29 @@ def _wait_idle(url: str, want_adds: int | None, timeout_s: float = 120.0) -> dic
 
 
 def run_burst(url: str, n: int, prompt_len: int, output_len: int, vocab: int, transport: str,
-              seed: int, pids: dict[str, int] | None = None) -> BurstResult:
-    """One burst of ``n`` requests; ``pids`` (name -> pid): the processes whose CPU time the
-    result reports (``cpu_ms``, with this client's as ``client``)."""
+              seed: int, pids: dict[str, int] | None = None, warm: bool = True) -> BurstResult:
+    """One burst of ``n`` requests (``warm``: over ``n`` connections opened before it; else each
+    request opens its own); ``pids`` (name -> pid): the processes whose CPU time the result
+    reports (``cpu_ms``, with this client's as ``client``)."""
     import numpy as np
 
     from twinserve.bench.http_overhead import _cpu_s
+    from twinserve.server.bench_transport import run_client
 
     rng = np.random.default_rng(seed)
-    bodies = [{"prompt": rng.integers(0, vocab, prompt_len).tolist(), "max_tokens": output_len,
-               "temperature": 0.0, "ignore_eos": True, "stream": True,
-               "stream_options": {"include_usage": True}} for _ in range(n)]
+    bodies = [json.dumps({"prompt": rng.integers(0, vocab, prompt_len).tolist(), "max_tokens": output_len,
+                          "temperature": 0.0, "ignore_eos": True, "stream": True,
+                          "stream_options": {"include_usage": True}}).encode() for _ in range(n)]
     _wait_idle(url, None)
     time.sleep(2 * WINDOW_GAP_S)  # the burst opens a new window of the probe
-    before = {k: _cpu_s(p) for k, p in (pids or {}).items()}
-    me = time.process_time()
-    times = asyncio.run(_burst(url, transport, bodies))
+    before: dict[str, float] = {}
+
+    def start() -> None:
+        before.update({k: _cpu_s(p) for k, p in (pids or {}).items()}, client=time.process_time())
+
+    times = run_client(_burst(url, transport, bodies, warm, start))
     cpu = {k: 1e3 * (_cpu_s(p) - before[k]) for k, p in (pids or {}).items()}
-    cpu["client"] = 1e3 * (time.process_time() - me)
+    cpu["client"] = 1e3 * (time.process_time() - before["client"])
     st = _wait_idle(url, n)
     t0 = min(t.sent for t in times)
     ms = lambda x: 1e3 * (x - t0)  # noqa: E731
@@ -167,6 +180,8 @@ def main(argv: list[str] | None = None) -> list[BurstResult]:
     ap.add_argument("--stub-step-ms", type=float, default=None,
                     help="serve a StubEngine whose steps sleep this long instead of the model")
     ap.add_argument("--transport", default="auto", help="bench client transport: httpx, aiohttp, auto")
+    ap.add_argument("--cold", action="store_true",
+                    help="every request opens its connection during the burst (default: opened before)")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server's processes")
     ap.add_argument("--engine-kwargs", default='{"cpu_kv_tokens": 65536}', help="extra EngineConfig fields (JSON)")
     ap.add_argument("--py-spy", default=None, metavar="DIR",
@@ -195,7 +210,7 @@ def main(argv: list[str] | None = None) -> list[BurstResult]:
         pids = _engine_stats(h.url)["pids"]
         spy = py_spy_record(pids, a.py_spy, "burst") if a.py_spy else contextlib.nullcontext()
         with spy:
-            results = [run_burst(h.url, a.requests, a.prompt_len, a.output_len, vocab, a.transport, i, pids)
+            results = [run_burst(h.url, a.requests, a.prompt_len, a.output_len, vocab, a.transport, i, pids, not a.cold)
                        for i in range(a.repeats)]
     print(f"burst of {a.requests} requests (prompt {a.prompt_len}, output {a.output_len}), ms from the first send:")
     print(_table(results))
