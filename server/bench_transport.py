@@ -43,7 +43,14 @@ class HTTPStatusError(RuntimeError):
 
 
 TRANSPORTS: Registry[Any] = Registry("bench transport")
-JSON_HEADERS = {"Content-Type": "application/json"}  # of a body sent as encoded bytes
+
+
+def _body_args(body: dict[str, Any] | bytes, name: str) -> dict[str, Any]:
+    """The library's keyword arguments for ``body``: JSON text already encoded goes as the raw
+    body (``name``: the library's argument for it) with its content type."""
+    if isinstance(body, bytes):
+        return {name: body, "headers": {"Content-Type": "application/json"}}
+    return {"json": body}
 
 
 @TRANSPORTS.register("httpx")
@@ -80,9 +87,8 @@ class HttpxTransport:
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, body: dict[str, Any] | bytes) -> AsyncIterator[AsyncIterator[bytes]]:
-        kw: dict[str, Any] = {"content": body, "headers": JSON_HEADERS} if isinstance(body, bytes) else {"json": body}
         try:
-            async with self.client.stream("POST", path, **kw) as r:
+            async with self.client.stream("POST", path, **_body_args(body, "content")) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")
                     raise HTTPStatusError(f"HTTP {r.status_code}: {text[:300]}", r.status_code)
@@ -136,9 +142,8 @@ class AiohttpTransport:
 
     @contextlib.asynccontextmanager
     async def stream(self, path: str, body: dict[str, Any] | bytes) -> AsyncIterator[AsyncIterator[bytes]]:
-        kw: dict[str, Any] = {"data": body, "headers": JSON_HEADERS} if isinstance(body, bytes) else {"json": body}
         try:
-            async with self.session.post(self.base_url + path, **kw) as r:
+            async with self.session.post(self.base_url + path, **_body_args(body, "data")) as r:
                 if r.status != 200:
                     raise HTTPStatusError(f"HTTP {r.status}: {(await r.text())[:300]}", r.status)
                 yield self._wrap(r.content.iter_any())
