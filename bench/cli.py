@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "sim": Benchmark("twinserve.bench.simulator", "simulator speed and memory: the Azure conv trace, 1k-100k requests"),
     "http-overhead": Benchmark("twinserve.bench.http_overhead",
                                "HTTP serving against in-process serving (needs the engine and server extras)"),
+    "burst-ingest": Benchmark("twinserve.bench.burst_ingest",
+                              "how long a burst of concurrent HTTP requests takes to reach the engine"),
     "sbs": Benchmark("twinserve.bench.sbs", "mini-sglang and twinserve side by side on one GPU (docs/side_by_side.md)"),
     "step-kernels": Benchmark("twinserve.bench.step_kernels",
                               "decode/prefill attention, KV store and sampling kernels by variant (CUDA)"),

@@ -19,7 +19,9 @@ warm-up workload on the same engine):
 
 The in-process side is `twinserve.engine.replay.replay_workload` (TTFT from the trace arrival on
 the engine's clock); the HTTP side is `bench_client.bench_workload` against `launch.start_server`
-(TTFT from the moment the client sends). Both use greedy sampling, ``ignore_eos`` and
+(TTFT from the moment the client sends; the client opens its connections before the clock
+starts, ``warm_connections``, as a long-running client holds them: connection set-up is not
+what the comparison is about). Both use greedy sampling, ``ignore_eos`` and
 ``max_tokens = output_len``. The HTTP side also reports the CPU time each server process and the
 client spend per output token (``http_cpu_us_per_token``; Linux): the engine worker's figure next
 to the in-process engine's shows what the server adds inside the engine's own loop, the others
@@ -130,7 +132,7 @@ def run_http(engine_cfg: Any, sc: Scenario, py_spy_dir: str | None = None, tag: 
 
     vocab = _vocab(engine_cfg.model)
     with start_server(engine_cfg, queue_limit=None, request_timeout_s=None, debug=True) as h:
-        cfg = BenchConfig(base_url=h.url)
+        cfg = BenchConfig(base_url=h.url, warm_connections=sc.num_requests)
         bench_workload(cfg, build_workload(_warmup(sc), vocab))
         info = httpx.get(f"{h.url}/debug/engine", timeout=10).json()
         pids = info["pids"]

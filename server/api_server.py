@@ -27,6 +27,7 @@ from twinserve.core.sampling import seed64
 from twinserve.server.engine_client import EngineClient, RequestStream
 from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
 from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
+from twinserve.server.lean_routes import LeanRoute, LeanRoutes
 from twinserve.server.messages import TokenizeRequest
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.openai_fields import Choice, merged_batches, model_card, openapi_with_limits, usage_of
@@ -114,19 +115,25 @@ async def _admit(st: AppState, request: Request, build: Callable[[int], Tokenize
 
 
 async def _events(st: AppState, streams: list[RequestStream], fmt: Any, include_usage: bool) -> AsyncIterator[bytes]:
+    """The stream's SSE bytes: one event per delta (clients time tokens by events), one write per
+    batch; the last batch carries the usage chunk and ``[DONE]`` in the same write."""
     for chunk in fmt.start(len(streams)):
         yield sse_data(chunk)
+    left = len(streams)  # streams whose finishing delta is still to come
     try:
         async for i, batch in merged_batches([st.client.delta_batches(s) for s in streams]):
-            # one SSE event per delta (clients time tokens by events), one write per batch
             data = b"".join(e for e in (fmt.event(d, i) for d in batch) if e is not None)
+            left -= sum(1 for d in batch if d.finished)
+            if left == 0:
+                usage = sse_data(fmt.usage(_usage(st, streams))) if include_usage else b""
+                yield data + usage + SSE_DONE
+                return
             if data:
                 yield data
     except APIError as e:
-        yield sse_data(e.body)
-        yield SSE_DONE
+        yield sse_data(e.body) + SSE_DONE
         return
-    if include_usage:
+    if include_usage:  # not reached when every stream ended with its finishing delta
         yield sse_data(fmt.usage(_usage(st, streams)))
     yield SSE_DONE
 
@@ -198,51 +205,64 @@ def _detok(body: SamplingFields, **kw: Any) -> dict[str, Any]:
     return d
 
 
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    st = _state(request)
+    body.check_supported(st.max_n)
+    _check_model(st, body)
+    prompt = body.single_prompt()
+    detok = _detok(body, echo=True) if body.echo else _detok(body)
+    if isinstance(prompt, str):
+        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+            return _request(rid, body, "text", "prompt", k, after, text=prompt, default_max=16, detok=detok)
+    else:
+        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+            return _request(rid, body, "ids", "prompt", k, after, ids=list(prompt), default_max=16,
+                            detok=detok)
+    fmt = CompletionFormat(f"cmpl-{uuid.uuid4().hex}", st.model.name, echo=body.echo)
+    return await _respond(st, request, body, fmt, build)
+
+
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    st = _state(request)
+    body.check_supported(st.max_n)
+    _check_model(st, body)
+    messages = [m.as_template_input() for m in body.messages]
+    detok = _detok(body, add_generation_prompt=body.add_generation_prompt)
+
+    def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+        return _request(rid, body, "chat", "messages", k, after, messages=messages, default_max=None,
+                        detok=detok)
+    fmt = ChatFormat(f"chatcmpl-{uuid.uuid4().hex}", st.model.name)
+    return await _respond(st, request, body, fmt, build)
+
+
+async def generate(body: GenerateRequestBody, request: Request) -> Response:
+    st = _state(request)
+    body.check_supported(st.max_n)
+    _check_model(st, body)
+    if body.stop is not None:
+        raise APIError(400, "/generate takes stop_token_ids, not stop strings", param="stop")
+    detok = {"stop": [], "detokenize": False}
+
+    def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
+        return _request(rid, body, "ids", "input_ids", k, after, ids=list(body.input_ids), default_max=16,
+                        detok=detok)
+    return await _respond(st, request, body, GenerateFormat(f"gen-{uuid.uuid4().hex}", st.model.name), build)
+
+
+GENERATION_ROUTES: dict[str, LeanRoute] = {
+    "/v1/completions": LeanRoute(CompletionRequest, completions),
+    "/v1/chat/completions": LeanRoute(ChatCompletionRequest, chat_completions),
+    "/generate": LeanRoute(GenerateRequestBody, generate),
+}
+
+
 def _register_routes(app: FastAPI) -> None:
-    @app.post("/v1/completions", responses=ERROR_RESPONSES)
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        st = _state(request)
-        body.check_supported(st.max_n)
-        _check_model(st, body)
-        prompt = body.single_prompt()
-        detok = _detok(body, echo=True) if body.echo else _detok(body)
-        if isinstance(prompt, str):
-            def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
-                return _request(rid, body, "text", "prompt", k, after, text=prompt, default_max=16, detok=detok)
-        else:
-            def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
-                return _request(rid, body, "ids", "prompt", k, after, ids=list(prompt), default_max=16,
-                                detok=detok)
-        fmt = CompletionFormat(f"cmpl-{uuid.uuid4().hex}", st.model.name, echo=body.echo)
-        return await _respond(st, request, body, fmt, build)
-
-    @app.post("/v1/chat/completions", responses=ERROR_RESPONSES)
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        st = _state(request)
-        body.check_supported(st.max_n)
-        _check_model(st, body)
-        messages = [m.as_template_input() for m in body.messages]
-        detok = _detok(body, add_generation_prompt=body.add_generation_prompt)
-
-        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
-            return _request(rid, body, "chat", "messages", k, after, messages=messages, default_max=None,
-                            detok=detok)
-        fmt = ChatFormat(f"chatcmpl-{uuid.uuid4().hex}", st.model.name)
-        return await _respond(st, request, body, fmt, build)
-
-    @app.post("/generate", responses=ERROR_RESPONSES)
-    async def generate(body: GenerateRequestBody, request: Request) -> Response:
-        st = _state(request)
-        body.check_supported(st.max_n)
-        _check_model(st, body)
-        if body.stop is not None:
-            raise APIError(400, "/generate takes stop_token_ids, not stop strings", param="stop")
-        detok = {"stop": [], "detokenize": False}
-
-        def build(rid: int, k: int, after: int | None) -> TokenizeRequest:
-            return _request(rid, body, "ids", "input_ids", k, after, ids=list(body.input_ids), default_max=16,
-                            detok=detok)
-        return await _respond(st, request, body, GenerateFormat(f"gen-{uuid.uuid4().hex}", st.model.name), build)
+    # the generation routes' FastAPI entries give the schema and every error answer; `LeanRoutes`
+    # serves the requests that validate (the same handlers)
+    app.post("/v1/completions", responses=ERROR_RESPONSES)(completions)
+    app.post("/v1/chat/completions", responses=ERROR_RESPONSES)(chat_completions)
+    app.post("/generate", responses=ERROR_RESPONSES)(generate)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
@@ -306,6 +326,7 @@ def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[Ap
                   description="OpenAI-compatible serving over the twinserve engine")
     _register_routes(app)
     _register_errors(app)
+    app.add_middleware(LeanRoutes, routes=GENERATION_ROUTES)  # innermost: inside every guard
     app.openapi = openapi_with_limits(app.openapi, lambda: getattr(getattr(app.state, "ts", None), "max_n", None))
     return app
 

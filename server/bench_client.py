@@ -41,7 +41,9 @@ import pandas as pd
 
 from twinserve.core.metrics import COLUMNS, format_summary, summarize
 from twinserve.core.errors import UserError
-from twinserve.server.bench_transport import TRANSPORTS, ConnectError, HTTPStatusError, TransportError, transport_name
+from twinserve.server.bench_transport import (
+    TRANSPORTS, ConnectError, HTTPStatusError, TransportError, run_client, transport_name,
+)
 from twinserve.server.scraped_gauges import scraped_gauges
 from twinserve.server.url_router import UrlRouter
 
@@ -63,6 +65,9 @@ class BenchConfig:
     ``replica_urls``: several servers instead of ``base_url`` (routed with ``router`` and
     ``router_kwargs``; see the module docstring); ``metrics_interval_s``: how often each of them
     has its ``/metrics`` read for the router's views (0 or None: never).
+    ``warm_connections``: about this many connections opened to each server (concurrent
+    ``GET /v1/models``) before the clock starts, as a long-running client holds them; 0: every
+    request that finds no idle connection opens one on the clock.
     """
 
     base_url: str = "http://127.0.0.1:8000"
@@ -82,6 +87,7 @@ class BenchConfig:
     router: str = "round_robin"
     router_kwargs: dict[str, Any] = field(default_factory=dict)
     metrics_interval_s: float | None = 1.0
+    warm_connections: int = 0
 
     def urls(self) -> list[str]:
         return [str(u).rstrip("/") for u in self.replica_urls] if self.replica_urls else [self.base_url]
@@ -166,21 +172,29 @@ class _Replayer:
         b.update(self.cfg.extra_body)
         return b
 
-    async def one(self, spec: Any, prompt: Any, ids: np.ndarray | None = None) -> _Row:
+    def encoded(self, prompt: Any, spec: Any) -> bytes:
+        """`body` as the JSON bytes sent (encoded before the clock starts)."""
+        return json.dumps(self.body(prompt, spec), separators=(",", ":")).encode()
+
+    async def one(self, spec: Any, prompt: Any, ids: np.ndarray | None = None, body: bytes | None = None) -> _Row:
+        """Send one request at its arrival time; ``body``: its `encoded` body, made ahead (None:
+        built from ``prompt`` now)."""
         row = _Row(int(spec.rid), str(spec.tenant), int(spec.priority), prompt_tokens=int(spec.prompt_len))
         delay = self.t0 + float(spec.arrival) - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         if self.sem is not None:
             async with self.sem:
-                await self._route(spec, prompt, ids, row)
+                await self._route(spec, prompt, ids, row, body)
         else:
-            await self._route(spec, prompt, ids, row)
+            await self._route(spec, prompt, ids, row, body)
         return row
 
-    async def _route(self, spec: Any, prompt: Any, ids: np.ndarray | None, row: _Row) -> None:
+    async def _route(self, spec: Any, prompt: Any, ids: np.ndarray | None, row: _Row,
+                     body: bytes | None) -> None:
+        sent: dict[str, Any] | bytes = body if body is not None else self.body(prompt, spec)
         if self.routing is None:
-            await self._send(spec, prompt, row, 0)
+            await self._send(spec, sent, row, 0)
             return
         routing = self.routing
         tried: set[int] = set()
@@ -196,7 +210,7 @@ class _Replayer:
                 return
             row.replica = k
             try:
-                await self._send(spec, prompt, row, k)
+                await self._send(spec, sent, row, k)
                 return
             except _Retry as e:
                 tried.add(k)
@@ -205,7 +219,7 @@ class _Replayer:
                 else:
                     last_429 = str(e)
 
-    async def _send(self, spec: Any, prompt: Any, row: _Row, k: int) -> None:
+    async def _send(self, spec: Any, body: dict[str, Any] | bytes, row: _Row, k: int) -> None:
         """One attempt on server ``k``; raises `_Retry` (with ``routing``) when it refused the
         connection or answered 429."""
         clock = time.perf_counter
@@ -215,7 +229,7 @@ class _Replayer:
         usage: dict[str, Any] | None = None
         counted = int(spec.prompt_len) + int(spec.output_len)
         try:
-            async with self.clients[k].stream(self.cfg.endpoint, self.body(prompt, spec)) as chunks:
+            async with self.clients[k].stream(self.cfg.endpoint, body) as chunks:
                 buf = b""
                 done = False
                 async for raw in chunks:
@@ -309,6 +323,19 @@ async def _probe(cfg: BenchConfig, clients: list[Any], routing: UrlRouter | None
     return model
 
 
+async def _warm(clients: list[Any], routing: UrlRouter | None, n: int) -> None:
+    """Open about ``n`` connections to each live server: ``n`` concurrent cheap requests, whose
+    connections stay idle in the pool for the workload's requests (failures are ignored: the
+    workload's own requests report them)."""
+
+    async def one(client: Any) -> None:
+        with contextlib.suppress(TransportError, HTTPStatusError):
+            await client.get_json("/v1/models")
+
+    live = [c for k, c in enumerate(clients) if routing is None or routing.alive[k]]
+    await asyncio.gather(*(one(c) for c in live for _ in range(n)))
+
+
 async def _scrape(clients: list[Any], routing: UrlRouter, interval_s: float) -> None:
     """Read every live URL's ``/metrics`` into ``routing`` every ``interval_s`` until cancelled;
     a URL that does not answer keeps its last gauges (failures are the requests' to report)."""
@@ -336,12 +363,15 @@ async def _replay(cfg: BenchConfig, workload: Any) -> tuple[list[_Row], float]:
             max_connections=cfg.max_concurrency or 100_000, headers=headers)) for u in urls]
         model = await _probe(cfg, clients, routing)
         rep = _Replayer(cfg, model, clients, routing)
+        bodies = [rep.encoded(p, s) for s, p in zip(workload, prompts)]
+        if cfg.warm_connections > 0:
+            await _warm(clients, routing, cfg.warm_connections)
         scraper = None
         if routing is not None and cfg.metrics_interval_s:
             scraper = asyncio.create_task(_scrape(clients, routing, float(cfg.metrics_interval_s)))
         rep.t0 = time.perf_counter()
         try:
-            rows = await asyncio.gather(*(rep.one(s, p, i) for s, p, i in zip(workload, prompts, ids)))
+            rows = await asyncio.gather(*(rep.one(s, p, i, b) for s, p, i, b in zip(workload, prompts, ids, bodies)))
         finally:
             if scraper is not None:
                 scraper.cancel()
@@ -354,7 +384,7 @@ async def _replay(cfg: BenchConfig, workload: Any) -> tuple[list[_Row], float]:
 def bench_workload(cfg: BenchConfig, workload: Any, print_summary: bool = False) -> BenchResult:
     """Replay ``workload`` against ``cfg.base_url`` (or ``cfg.replica_urls``); returns the
     requests frame and its summary."""
-    rows, _ = asyncio.run(_replay(cfg, workload))
+    rows, _ = run_client(_replay(cfg, workload))
     df = frame(rows)
     summary = summarize(df)
     if print_summary:

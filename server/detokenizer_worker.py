@@ -25,6 +25,7 @@ from twinserve.server.messages import (
     AbortRequest, Accepted, DetokOutputs, EngineStats, ErrorReply, RequestTimes, StepOutputs,
     TextDelta, TokenOutput,
 )
+from twinserve.server.outbox import Outbox
 from twinserve.server.proc import ChildContext
 from twinserve.server.tokenization import TextStream, TextTokenizer
 
@@ -153,6 +154,7 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
     inbox = pull_socket(ctx.zmq_ctx, ctx.paths.detokenizer)
     to_api = push_socket(ctx.zmq_ctx, ctx.paths.api)
     to_engines = [push_socket(ctx.zmq_ctx, ctx.paths.engine_of(r)) for r in range(max(1, cfg.replicas))]
+    api = Outbox(to_api)  # what one round produces goes to the API server as one message
     try:
         ctx.announce()
         while True:
@@ -163,12 +165,13 @@ def run(cfg: DetokenizerWorkerConfig, ctx: ChildContext) -> None:
                         for sock in to_engines:
                             send(sock, AbortRequest(rid, "stop"))
                     if deltas:
-                        send(to_api, DetokOutputs.of(deltas, msg.t))
+                        send(api, DetokOutputs.of(deltas, msg.t))
                 elif isinstance(msg, Accepted):
                     detok.accept(msg)
-                    send(to_api, msg)
+                    send(api, msg)
                 elif isinstance(msg, (ErrorReply, EngineStats, RequestTimes)):
-                    send(to_api, msg)
+                    send(api, msg)
+            api.flush()
     finally:
         for s in (inbox, to_api, *to_engines):
             s.close(linger=0)

@@ -1,6 +1,8 @@
 """The API server's side of the pipeline: submit requests, route replies, fail them on faults.
 
-One reader task drains the API server's input socket and routes every ``Accepted``,
+Requests and aborts leave through an `Outbox` flushed once per event-loop iteration, so a burst of
+requests that arrive together reaches the tokenizer as one message. One reader task drains the
+API server's input socket (a message may carry many frames) and routes every ``Accepted``,
 ``ErrorReply`` and ``TextDelta`` to its request's queue; ``EngineStats`` refresh the engine
 gauges. `EngineClient.fail_all` (a worker died, or the server is stopping) and `EngineClient.fail_stalled`
 (no engine heartbeat for ``engine_stall_s``) put a terminal error into every live request's queue,
@@ -27,6 +29,7 @@ from twinserve.server.messages import (
 )
 from twinserve.server.replica_stats import CUMULATIVE_STATS, merge_stats
 from twinserve.server.metrics import ServerMetrics
+from twinserve.server.outbox import Outbox
 
 
 class _Expired:
@@ -84,6 +87,8 @@ class EngineClient:
         self.to_tok.setsockopt(zmq.LINGER, 0)
         self.to_tok.setsockopt(zmq.SNDHWM, 0)
         self.to_tok.connect(paths.tokenizer)
+        self.outbox = Outbox(zmq.Socket.shadow(self.to_tok.underlying))  # never blocks: SNDHWM is 0
+        self._flush_at: asyncio.Handle | None = None
         self.metrics = metrics
         self.timeout = request_timeout_s
         self.live: dict[int, RequestStream] = {}
@@ -101,6 +106,17 @@ class EngineClient:
         return self.down if self.down is not None else self.heartbeat.stalled
 
     # ---- requests ----------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        """Queue ``data`` for the tokenizer; the queue leaves as one message once the event loop
+        has run what is ready now (every handler that a burst woke up), in order."""
+        self.outbox.send(data)
+        if self._flush_at is None:
+            self._flush_at = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_at = None
+        self.outbox.flush()
+
     async def submit(self, build: Callable[[int], TokenizeRequest]) -> RequestStream:
         why = self.unavailable
         if why is not None:
@@ -115,11 +131,7 @@ class EngineClient:
             st.timer = asyncio.get_running_loop().call_later(self.timeout, st.queue.put_nowait, _EXPIRED)
         self.live[rid] = st
         self.metrics.in_flight.set(len(self.live))
-        try:
-            await self.to_tok.send(data)
-        except BaseException:
-            self._drop(st)
-            raise
+        self._send(data)
         return st
 
     async def abort(self, st: RequestStream, reason: str = "client") -> None:
@@ -128,7 +140,7 @@ class EngineClient:
             self._drop(st)
             self.metrics.aborted.labels(reason=reason).inc()
             if self.down is None:
-                await self.to_tok.send(encode(AbortRequest(st.rid, reason)))
+                self._send(encode(AbortRequest(st.rid, reason)))
 
     def _drop(self, st: RequestStream) -> None:
         if st.timer is not None:
@@ -237,12 +249,12 @@ class EngineClient:
 
     async def run_reader(self) -> None:
         while True:
-            data = await self.inbox.recv()
-            try:
-                msg = decode(data)
-            except ValueError:
-                continue
-            self._route(msg)
+            for data in await self.inbox.recv_multipart():
+                try:
+                    msg = decode(data)
+                except ValueError:
+                    continue
+                self._route(msg)
 
     # ---- faults and shutdown -----------------------------------------------------------------
     def _fail_live(self, status: int, message: str) -> list[int]:
@@ -262,7 +274,7 @@ class EngineClient:
         if replica in self.replicas_down or self.down is not None:
             return
         self.replicas_down[replica] = message
-        await self.to_tok.send(encode(ReplicaDown(replica, message)))
+        self._send(encode(ReplicaDown(replica, message)))
         last = self.replica_stats.get(replica)
         if last is not None:
             self.replica_stats[replica] = {k: v for k, v in last.items() if k in CUMULATIVE_STATS}
@@ -274,7 +286,7 @@ class EngineClient:
         if hit:
             self.metrics.aborted.labels(reason="server").inc(len(hit))
         for rid in hit:
-            await self.to_tok.send(encode(AbortRequest(rid, "replica_down")))
+            self._send(encode(AbortRequest(rid, "replica_down")))
 
     def fail_all(self, status: int, message: str) -> None:
         """Mark the pipeline down for good, end every live request with ``status``, zero the
@@ -290,9 +302,11 @@ class EngineClient:
         self.metrics.reset_engine()
         for rid in self._fail_live(503, message):
             if self.down is None:
-                await self.to_tok.send(encode(AbortRequest(rid, "stalled")))
+                self._send(encode(AbortRequest(rid, "stalled")))
 
     def close(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
         self.inbox.close(linger=0)
         self.to_tok.close(linger=0)
         self.zctx.term()

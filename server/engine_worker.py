@@ -36,6 +36,7 @@ from twinserve.server.messages import (
     AbortRequest, Accepted, EngineStats, ErrorReply, GenerateRequest, RequestTimes, StepInputs,
     StepOutputs, TokenOutput,
 )
+from twinserve.server.outbox import Outbox
 from twinserve.server.proc import ChildContext, resolve
 
 
@@ -226,7 +227,11 @@ class EngineLoop:
             self._last_stats = now
 
     def run(self, inbox: Any) -> None:
+        """Serve ``inbox`` forever; the replies of one apply (``Accepted``, errors) leave as one
+        message (`Outbox`), and so do one step's outputs, each flushed before the next wait or
+        step."""
         wait_ms = max(1, int(self.cfg.stats_interval_s * 1000))
+        self.out = box = Outbox(self.out)
         while True:
             busy = bool(self.engine.has_work())
             msgs = recv_all(inbox, 0 if busy else wait_ms)
@@ -234,11 +239,14 @@ class EngineLoop:
                 inputs = StepInputs([m for m in msgs if isinstance(m, GenerateRequest)],
                                     [m.rid for m in msgs if isinstance(m, AbortRequest)])
                 self.apply(inputs)
+                box.flush()
                 busy = bool(self.engine.has_work())
             if busy:
                 self.step()
+                box.flush()
                 busy = bool(self.engine.has_work())
             self.publish_stats(force=self._was_busy and not busy)
+            box.flush()
             self._was_busy = busy
 
 

@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, Callable
 
 import uvicorn
 
+from twinserve.engine.heap import settle_heap
 from twinserve.server.api_server import AppState, ModelInfo, build_app, cancel_tasks
 from twinserve.server.config import ServerConfig
 from twinserve.server.engine_client import EngineClient
@@ -110,6 +111,7 @@ def run_http(spec: HttpSpec) -> None:
                                            "children": spec.sup.pids(), "ipc_dir": spec.paths.root})
         print(f"twinserve: serving {spec.model.name} at {spec.url} "
               f"(max_model_len {spec.model.max_model_len})", flush=True)
+        settle_heap()  # started: later collections scan only the requests' objects
         try:
             yield AppState(client, metrics, spec.model, pids, spec.paths.root, spec.cfg.max_n, spec.cfg.replicas)
         finally:

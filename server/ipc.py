@@ -120,7 +120,8 @@ def send(sock: zmq.Socket, msg: object) -> None:
 
 
 def recv_all(sock: zmq.Socket, timeout_ms: int) -> list[object]:
-    """Wait up to ``timeout_ms`` for one message, then drain whatever else is queued."""
+    """Wait up to ``timeout_ms`` for one message, then drain whatever else is queued; a multipart
+    message (`outbox.Outbox`) gives one decoded message per frame, in order."""
     out: list[object] = []
     if timeout_ms != 0 and not sock.poll(timeout_ms):
         return out
@@ -130,3 +131,5 @@ def recv_all(sock: zmq.Socket, timeout_ms: int) -> list[object]:
         except zmq.Again:
             return out
         out.append(decode(data))
+        while sock.getsockopt(zmq.RCVMORE):  # the rest of a multipart message is already here
+            out.append(decode(sock.recv(copy=True)))

@@ -36,7 +36,12 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 
 class EventStream(StreamingResponse):
-    """``text/event-stream`` response over ``events``; ``on_close()`` runs when it ends."""
+    """``text/event-stream`` response over ``events``; ``on_close()`` runs when it ends.
+
+    One task per response: the events are written from the request's own task while a watcher
+    task waits for ``http.disconnect`` and cancels the writing if the client goes first (then the
+    response ends without an error). A chunk that ends with ``[DONE]`` is the stream's last: it
+    goes out with the end of the body in one write."""
 
     def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
         super().__init__(events, media_type="text/event-stream",
@@ -44,23 +49,39 @@ class EventStream(StreamingResponse):
         self._events = events
         self._on_close = on_close
 
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self._events:
+            last = chunk.endswith(SSE_DONE)
+            await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+            if last:
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"writing": True, "gone": False}
+
+        async def listen() -> None:
+            await self.listen_for_disconnect(receive)
+            if state["writing"]:
+                state["gone"] = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(listen())
         try:
-            async with anyio.create_task_group() as tg:
-
-                async def write() -> None:
-                    try:
-                        await self.stream_response(send)
-                    except OSError:
-                        pass
-                    tg.cancel_scope.cancel()
-
-                async def listen() -> None:
-                    await self.listen_for_disconnect(receive)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(write)
-                tg.start_soon(listen)
+            try:
+                await self.stream_response(send)
+            except OSError:
+                pass
+            except asyncio.CancelledError:
+                if not state["gone"]:
+                    raise
+                task.uncancel()  # the client left: the response just ends
+            finally:
+                state["writing"] = False
+                watcher.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 aclose = getattr(self._events, "aclose", None)

@@ -21,6 +21,7 @@ from typing import Any, Generator
 
 from twinserve.core.config import scheduler_default
 from twinserve.server.ipc import pull_socket, push_socket, recv_all, send
+from twinserve.server.outbox import Outbox
 from twinserve.server.messages import (AbortRequest, EngineStats, ErrorReply, GenerateRequest, ReplicaDown,
                                        TokenizeRequest)
 from twinserve.server.prompt_limit import CHUNK_CHARS, PromptLimit
@@ -205,10 +206,18 @@ class TokenizerLoop:
             self.jobs[rid] = job
 
     def run(self, inbox: Any) -> None:
+        """Serve ``inbox`` forever; what one round sends to each process leaves as one message
+        (`Outbox`), flushed before the next wait."""
+        boxes = [Outbox(s) for s in self.to_engines]
+        self.to_engines = list(boxes)
+        self.to_api = api = Outbox(self.to_api)
+        boxes.append(api)
         while True:
             for msg in recv_all(inbox, 0 if self.jobs else 1000):
                 self.handle(msg)
             self.advance()
+            for box in boxes:
+                box.flush()
 
 
 def run(cfg: TokenizerWorkerConfig, ctx: ChildContext) -> None:
