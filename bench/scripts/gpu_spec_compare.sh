@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Simulator against engine with speculation, on the GPU host (repository root; after
 # gpu_setup.sh). Calibrates the checkpoint, then runs the compare command on code_edit and
-# questions at each rate with spec.method=ngram, k=4 (the simulator takes the engine's measured
+# questions at each rate with spec.method=ngram, k = K (default 8; the simulator takes the engine's measured
 # acceptance, `compare`):
 #   bench/scripts/gpu_spec_compare.sh OUTDIR MODEL_DIR
 # RATES (default "4 16" req/s), REQUESTS (128), CAL_BUDGET (90 s of profiling). OUTDIR gets
@@ -19,7 +19,7 @@ tail -4 "$OUT_DIR/cal.log"
 for w in code_edit questions; do
   for r in ${RATES:-4 16}; do
     timeout 150 python3 -m twinserve.experiments.compare --out "$WORK/${w}_$r" model.path="$MODEL" hardware=h200 \
-      workload=$w workload.rate=$r workload.num_requests=${REQUESTS:-128} spec.method=ngram spec.num_tokens=4 \
+      workload=$w workload.rate=$r workload.num_requests=${REQUESTS:-128} spec.method=ngram spec.num_tokens=${K:-8} \
       "cost_model.calibration_dirs=[$CAL]" $([ $w = code_edit ] && echo workload.max_output=256) \
       > "$WORK/${w}_$r.log" 2>&1
     cp "$WORK/${w}_$r/compare.md" "$OUT_DIR/cmp_${w}_$r.md" 2>/dev/null || tail -3 "$WORK/${w}_$r.log"
