@@ -102,13 +102,17 @@ def _engine_stats(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/debug/engine", timeout=10).json()
 
 
-def _wait_idle(url: str, want_adds: int | None, timeout_s: float = 120.0) -> dict[str, Any]:
+def _wait_idle(url: str, want_adds: int | None, after: float = 0.0, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The engine's stats once it is idle, from a snapshot taken after ``after`` (``time.time()``:
+    the engine worker publishes its stats periodically, so an earlier snapshot may still hold the
+    previous window) with at least ``want_adds`` adds in its window."""
     deadline = time.monotonic() + timeout_s
     while True:
         info = _engine_stats(url)
         st = info["stats"]
         idle = info["in_flight"] == 0 and not st.get("running") and not st.get("waiting")
-        if idle and (want_adds is None or st.get("ingest_adds", 0) >= want_adds):
+        fresh = (info.get("stats_time") or 0.0) > after
+        if idle and fresh and (want_adds is None or st.get("ingest_adds", 0) >= want_adds):
             return st
         if time.monotonic() > deadline:
             raise RuntimeError(f"server not idle after {timeout_s} s: {info}")
@@ -139,7 +143,7 @@ def run_burst(url: str, n: int, prompt_len: int, output_len: int, vocab: int, tr
     times = run_client(_burst(url, transport, bodies, warm, start))
     cpu = {k: 1e3 * (_cpu_s(p) - before[k]) for k, p in (pids or {}).items()}
     cpu["client"] = 1e3 * (time.process_time() - before["client"])
-    st = _wait_idle(url, n)
+    st = _wait_idle(url, n, after=max((t.done for t in times if t.done == t.done), default=time.time()))
     t0 = min(t.sent for t in times)
     ms = lambda x: 1e3 * (x - t0)  # noqa: E731
     ok = [t for t in times if t.error is None]

@@ -1,9 +1,10 @@
 """`IngestProbeEngine`: an engine (the real one, or `StubEngine` for a `StubEngineConfig`), plus the wall-clock times at which requests reach it.
 
 Serve it with ``engine_factory="twinserve.bench.ingest_probe:IngestProbeEngine"``; its
-``stats()`` (so ``/debug/engine``) then carry the current *window*: the adds since the engine
-last had no work for `WINDOW_GAP_S`. A burst sent to an idle server is one window, so ``ingest_last_add -
-<client's first send>`` is how long the whole burst took to reach the engine.
+``stats()`` (so ``/debug/engine``) then carry the current *window*: the adds since the first
+add that came more than `WINDOW_GAP_S` after the one before it. A burst sent after a longer
+pause is one window, so ``ingest_last_add - <client's first send>`` is how long the whole burst
+took to reach the engine.
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ from typing import Any
 
 from twinserve.bench.stub_engine import StubEngine, StubEngineConfig
 
-WINDOW_GAP_S = 0.25  # an add that finds the engine idle this long after the last starts a window
+WINDOW_GAP_S = 0.25  # an add this long after the one before it starts a window
 
 
 @dataclass(slots=True)
 class IngestWindow:
-    """Adds since the engine was last idle for `WINDOW_GAP_S`: how many, and the first and last
-    ``time.time()``."""
+    """Adds since the latest gap of more than `WINDOW_GAP_S` between two adds: how many, and the
+    first and last ``time.time()``."""
 
     adds: int = 0
     first_add: float = 0.0
     last_add: float = 0.0
 
-    def record(self, t: float, idle: bool) -> None:
-        if self.adds == 0 or (idle and t - self.last_add > WINDOW_GAP_S):
+    def record(self, t: float) -> None:
+        if self.adds == 0 or t - self.last_add > WINDOW_GAP_S:
             self.adds, self.first_add = 0, t
         self.adds += 1
         self.last_add = t
@@ -52,9 +53,8 @@ class IngestProbeEngine:
         self._window = IngestWindow()
 
     def add(self, req: Any) -> None:
-        idle = not self._engine.has_work()
         self._engine.add(req)
-        self._window.record(time.time(), idle)
+        self._window.record(time.time())
 
     def stats(self) -> dict[str, Any]:
         return {**self._engine.stats(), **self._window.stats()}
