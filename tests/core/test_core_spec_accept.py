@@ -51,7 +51,7 @@ def test_from_counters_measures_rates_and_lengths():
         "spec_decode_num_reached_pos1": 8, "spec_decode_num_accepted_tokens_pos1": 2,
         "spec_decode_num_proposed_len0": 5, "spec_decode_num_proposed_len1": 5, "spec_decode_num_proposed_len2": 10})
     assert m.rates == pytest.approx((0.8, 0.25)) and m.length_probs == pytest.approx((0.25, 0.25, 0.5))
-    assert m.no_match_rate == 0.0  # counters from before the engine checked past pending tokens
+    assert m.no_match_rate == 0.0  # no spec_decode_num_after_* counters: every request may draft
 
 
 def test_no_match_rate_from_counters_and_its_draws():
