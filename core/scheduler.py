@@ -28,7 +28,8 @@ class Scheduler:
     applies stop rules and releases finished requests. ``schedule`` may be called again before the
     previous batch completes (overlap scheduling); batches must complete in launch order.
 
-    Batch formation per step, under the token budget: running requests first, in admission order
+    Batch formation per step, under the token budget (the configured one, or with chunked
+    prefill the one the scheduling policy's ``step_budget`` sets): running requests first, in admission order
     (one token per decode, a chunk per unfinished prefill), then waiting requests in the order the
     scheduling policy gives, until one does not fit (head-of-line blocking). In prefill-first mode
     (``mixed=False``) a step holds only prefill work when there is any, else only decodes.
@@ -158,6 +159,8 @@ class Scheduler:
         entries: list[tuple[Req, int, bool]] = []
         preempted: set[int] = set()
         budget = self.config.max_num_batched_tokens
+        if self.policy.sets_budget and self.config.chunked_prefill:  # whole prompts need the full budget
+            budget = self.policy.step_budget(self.waiting, self.running, budget)
         if self.spec is not None:
             self.spec.prepare_step(self.running)
         if self.config.mixed:

@@ -45,12 +45,18 @@ class LLM:
     output of a prompt with ``n > 1`` is submitted at once and the other ``n - 1`` once it has
     its first token, so they find the prompt's KV in the prefix cache. Text prompts are
     tokenized with the model directory's tokenizer (with BOS).
+    Unless ``scheduling`` is given, requests are scheduled by ``makespan`` (the longest outputs
+    first, steps held near a fixed size while prompts wait: `policies.scheduling.makespan`),
+    which finishes a batch known up front sooner than arrival order does.
     ``LLM(model, tp_size=2)`` runs tensor-parallel (rank 0 in this process, rank 1 in a child);
     ``shutdown()`` (or leaving a ``with LLM(...)`` block) stops the child ranks at once, which
     otherwise end when the LLM is garbage collected or the interpreter exits.
     """
 
+    offline_scheduling = "makespan"
+
     def __init__(self, model: str, **engine_kwargs: Any) -> None:
+        engine_kwargs.setdefault("scheduling", self.offline_scheduling)
         self.engine = Engine(EngineConfig(model=model, **engine_kwargs))
         self._tokenizer = None
         self._next_rid = 0

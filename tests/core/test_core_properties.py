@@ -27,7 +27,7 @@ ops = st.lists(
 )
 
 configs = st.tuples(
-    st.sampled_from(["fcfs", "sjf", "lpm", "priority", "vtc"]),
+    st.sampled_from(["fcfs", "sjf", "lpm", "priority", "vtc", "makespan"]),
     st.sampled_from(["on_demand", "reserve"]),
     st.sampled_from(["radix", "none"]),
     st.booleans(),  # mixed
@@ -55,7 +55,9 @@ def test_random_operation_sequences_keep_invariants(cfg, operations, rnd) -> Non
     scheduling, memory, cache, mixed, chunked, pages = cfg
     config = SchedulerConfig(num_pages=pages, page_size=4, max_num_batched_tokens=48, chunk_size=16,
                              max_running=6, mixed=mixed, chunked_prefill=chunked, max_model_len=160)
-    s = build_scheduler(config, scheduling, memory, cache, eos_token_ids=(EOS,), checked=True)
+    kwargs = {"target_tokens": 8} if scheduling == "makespan" else None  # under the budget of 48: it binds
+    s = build_scheduler(config, scheduling, memory, cache, eos_token_ids=(EOS,), checked=True,
+                        scheduling_kwargs=kwargs)
     reqs: list[Req] = []
     inflight: list = []
     now = 0.0

@@ -67,7 +67,7 @@ def test_a_mandatory_key_left_unset(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override, known", [
-    ("scheduler.name=nope", "fcfs, lpm, priority, sjf, vtc"),
+    ("scheduler.name=nope", "fcfs, lpm, makespan, priority, sjf, vtc"),
     ("router=nope", "least_loaded, prefix_affinity, round_robin"),
     ("workload.name=nope", "azure_code, azure_conv"),
     ("cost_model.name=nope", "auto, calibrated, constant, roofline"),
@@ -82,7 +82,7 @@ def test_an_unknown_name_lists_the_known_ones(override: str, known: str, tmp_pat
 
 def test_an_unknown_group_option_lists_the_options(tmp_path: Path) -> None:
     err = user_error(RUN, "scheduler=nope", cwd=tmp_path)
-    assert "scheduler=nope" in err and "known: fcfs, lpm, priority, sjf, vtc" in err and "_knobs" not in err
+    assert "scheduler=nope" in err and "known: fcfs, lpm, makespan, priority, sjf, vtc" in err and "_knobs" not in err
     err = user_error(RUN, "-m", "cache=radix,nope", cwd=tmp_path)  # each value of a sweep
     assert "cache=nope" in err and "known: none, radix" in err
     err = user_error(SERVE, "scheduler=nope", cwd=tmp_path)
