@@ -40,8 +40,9 @@ def minisgl_engine(model_dir: str, temperature: float, max_tokens: int, path: st
 
 
 def twinserve_engine(model_dir: str, temperature: float, max_tokens: int, overrides: dict[str, Any]) -> Generate:
-    """twinserve's LLM with random weights, the recipe's token budget and any EngineConfig
-    overrides (``scheduler`` entries merge into the budget's)."""
+    """twinserve's LLM with random weights, the recipe's token budget, its offline scheduling
+    default (``makespan``) and any EngineConfig overrides (``scheduler`` entries merge into the
+    budget's; ``scheduling=fcfs`` schedules in arrival order)."""
     from twinserve.core.sampling import SamplingParams
     from twinserve.engine.llm import LLM
 

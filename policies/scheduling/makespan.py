@@ -54,6 +54,9 @@ class Makespan(SchedulingPolicy):
         if target_tokens < 1:
             raise ValueError(f"makespan: target_tokens must be >= 1, got {target_tokens}")
         self.target_tokens = int(target_tokens)
+        # no prompt token waited at the last call and none was queued: until a request enters the
+        # queue (an arrival or a preemption) none can wait, so the configured budget holds
+        self._settled = False
 
     def order(self, waiting: Sequence[Req], now: float, cache: PrefixCache) -> list[Req]:
         return sorted(waiting, key=lambda r: (-outputs_left(r), r.arrival, r.rid))
@@ -62,21 +65,18 @@ class Makespan(SchedulingPolicy):
         return min(candidates, key=lambda r: (outputs_left(r), -r.arrival, -r.rid))
 
     def step_budget(self, waiting: Sequence[Req], running: Sequence[Req], budget: int) -> int:
-        prompt = 0
-        horizon = 0
-        shortest = None
-        for r in waiting:
-            prompt += r.num_tokens - r.num_computed
-            left = outputs_left(r)
-            horizon = max(horizon, left)
-            shortest = left if shortest is None else min(shortest, left)
-        decodes = 0
-        for r in running:
-            p = prefill_left(r)
-            prompt += p
-            decodes += p == 0
-            horizon = max(horizon, outputs_left(r))
+        if not waiting and self._settled:
+            return budget
+        prompt = sum(r.num_tokens - r.num_computed for r in waiting)
+        lefts = [outputs_left(r) for r in waiting]
+        shortest = min(lefts, default=0)
+        horizon = max(lefts, default=0)
+        prefills = [p for p in map(prefill_left, running) if p]
+        prompt += sum(prefills)
+        self._settled = not waiting and prompt == 0
         if prompt == 0:
             return budget
-        quota = -(-prompt // max(1, horizon - (shortest or 0)))
+        horizon = max(horizon, max(map(outputs_left, running), default=0))
+        decodes = len(running) - len(prefills)
+        quota = -(-prompt // max(1, horizon - shortest))
         return min(budget, max(self.target_tokens, decodes + quota))

@@ -81,3 +81,14 @@ def test_budget_ignored_without_chunked_prefill() -> None:
         s.add(make_req(i, 40, max_tokens=5))
     shape, _ = step(s, 0.0)
     assert sum(n for _, n in shape) == 40  # a whole prompt, although the policy's floor is 320
+
+
+def test_budget_binds_again_when_a_request_arrives_after_the_queue_emptied() -> None:
+    pol = SCHEDULING.create("makespan", target_tokens=16)
+    running = [make_req(0, 8, max_tokens=40)]
+    running[0].num_computed = 8
+    running[0].append_placeholder()  # decoding
+    assert pol.step_budget([], running, 64) == 64
+    assert pol.step_budget([], running, 64) == 64  # settled: no scan
+    late = make_req(1, 200, max_tokens=10)
+    assert pol.step_budget([late], running, 64) == 16  # 200 tokens over 39 - 10 steps: 7 a step, floor 16
