@@ -29,9 +29,10 @@ class Scheduler:
     previous batch completes (overlap scheduling); batches must complete in launch order.
 
     Batch formation per step, under the token budget (the configured one, or with chunked
-    prefill the one the scheduling policy's ``step_budget`` sets): running requests first, in admission order
-    (one token per decode, a chunk per unfinished prefill), then waiting requests in the order the
-    scheduling policy gives, until one does not fit (head-of-line blocking). In prefill-first mode
+    prefill the one the scheduling policy's ``step_budget`` sets): running requests first, in
+    admission order (one token per decode, a chunk per unfinished prefill), then waiting
+    requests in the order the scheduling policy gives, until one does not fit (head-of-line
+    blocking). In prefill-first mode
     (``mixed=False``) a step holds only prefill work when there is any, else only decodes.
     When a running request needs a page and none is free (even after evicting unlocked cached
     prefixes), a victim chosen by the scheduling policy among the running requests not yet served

@@ -24,8 +24,8 @@ class SchedulingPolicy:
     - ``step_budget(waiting, running, budget)`` returns the token budget of the step being formed,
       given the configured one; the scheduler calls it (with its exact queue and running list)
       only when ``sets_budget`` is true (default False: the configured budget) and prefill is
-      chunked (a whole prompt needs the configured budget). It must not
-      mutate anything, and must return the configured budget when no prompt token waits (the
+      chunked (a whole prompt needs the configured budget). It must not change the requests or
+      the lists, and must return the configured budget when no prompt token waits (the
       simulator's decode stretches assume it).
     Subclasses register with ``@SCHEDULING.register("name")``; constructor kwargs come from Hydra.
     """

@@ -26,8 +26,8 @@ class Makespan(SchedulingPolicy):
     """Longest work first, with steps held near a fixed size while prompts wait.
 
     A run of requests that all arrive at once ends when its longest request ends: no schedule
-    takes fewer steps than that request's output length. Two rules keep every one of those
-    steps busy:
+    takes fewer steps than that request's output length. The rules that keep every one of
+    those steps busy:
 
     - ``order``: the waiting requests with the most output tokens left come first (ties by
       arrival, then id), so the requests admitted last are the short ones, and they end by the
