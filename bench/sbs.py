@@ -5,7 +5,8 @@
 
 Both engines serve mini-sglang's offline recipe (`bench.recipe`: 256 requests, prompt and
 output lengths uniform in [100, 1024], random weights, ignore_eos) with a step budget of 16,384
-tokens; twinserve's ``LLM`` schedules them by its offline default, ``makespan``. Each pass starts each engine in its own process (mini-sglang first, then twinserve, so
+tokens; twinserve's ``LLM`` schedules them by its offline default, ``makespan``. Each pass
+starts each engine in its own process (mini-sglang first, then twinserve, so
 the engines alternate), warms it up with an untimed run, then times ``--runs`` runs whose
 seeds are the same for both engines and new for every run (no run can hit a prefix another run
 cached). ``--profile`` adds, in the last pass, one run of each engine under torch.profiler and a

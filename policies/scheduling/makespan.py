@@ -12,12 +12,12 @@ from twinserve.policies.scheduling.base import SchedulingPolicy
 
 def outputs_left(r: Req) -> int:
     """Output tokens ``r`` may still produce (``max_tokens`` minus those it has)."""
-    return r.params.max_tokens - (r.num_tokens - r.prompt_len)
+    return r.params.max_tokens - r.num_output
 
 
 def prefill_left(r: Req) -> int:
     """Tokens ``r`` must compute before its next decode (0 for a decode or a launched step)."""
-    n = r.num_tokens - r.num_computed
+    n = r.remaining
     return n if n > 1 or r.num_computed < r.prompt_len else 0
 
 
@@ -67,7 +67,7 @@ class Makespan(SchedulingPolicy):
     def step_budget(self, waiting: Sequence[Req], running: Sequence[Req], budget: int) -> int:
         if not waiting and self._settled:
             return budget
-        prompt = sum(r.num_tokens - r.num_computed for r in waiting)
+        prompt = sum(r.remaining for r in waiting)
         lefts = [outputs_left(r) for r in waiting]
         shortest = min(lefts, default=0)
         horizon = max(lefts, default=0)

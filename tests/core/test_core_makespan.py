@@ -62,14 +62,16 @@ def test_steps_hold_target_tokens_while_prompts_wait() -> None:
     for i in range(6):
         s.add(make_req(i, 40, max_tokens=10 + 5 * i))
     shapes = []
+    firsts = []
     t = 0.0
     while s.has_work:
         shape, _ = step(s, t)
         shapes.append(sum(n for _, n in shape))
+        firsts.append(shape[0][0])
         t += 1
     # the longest request goes first and every step is full (24 tokens) until the prompts are in
-    first = s.get(5)
-    assert first is None  # finished
+    assert firsts[0] == 5
+    assert s.get(5) is None  # finished
     prefill_steps = -(-240 // 24)
     assert all(n == 24 for n in shapes[: prefill_steps - 1])
     assert len(shapes) <= 45 + 2  # the longest request's outputs, plus its own prefill steps
