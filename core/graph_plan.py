@@ -57,7 +57,8 @@ def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph
 
 # Token-graph modes (the engine's ``token_graph_mode``), and the most sequences a step may have
 # for ``hybrid`` to replay the whole-step graph: FlashInfer's CUDA-graph prefill plan of a graph
-# of ``t`` tokens holds ``min(t, max_running)`` sequences, and above ``max_running`` tokens it
+# of ``t`` tokens holds ``min(t, rows)`` sequences (``rows``: `GraphPlan.graph_rows`, at least
+# ``max_running``; the rules below name it ``max_running``), and above ``rows`` tokens it
 # gives every sequence a query tile of 128 rows, so a step with many decodes does more
 # attention work there than in the eager plan, while its launch is hidden by the device anyway.
 TOKEN_GRAPH_MODES = ("full", "piecewise", "hybrid")
@@ -138,7 +139,7 @@ def graph_features(num_tokens: int, num_decodes: int, num_seqs: int, max_graph_b
     new tokens over ``num_seqs`` sequences, ``num_decodes`` of them decodes, on an engine with
     those settings (`dense_layers`, `replays_one_graph`, `wide_tiles_of`): the `BatchFeatures`
     fields that say how the engine runs the step, for `Batch.features` and the simulator's
-    decode stretches alike."""
+    decode stretches alike. ``max_running`` is the whole-step graphs' rows (`GraphPlan.graph_rows`)."""
     decode_only = num_decodes == num_seqs
     rows, eager = dense_layers(num_tokens, num_decodes, decode_only, max_graph_bs, piecewise_max_tokens)
     replay = replays_one_graph(num_decodes, decode_only, eager, max_graph_bs, token_graph_mode, num_seqs,
@@ -187,13 +188,17 @@ class GraphPlan:
       or "hybrid" (full for steps of at most `HYBRID_FULL_MAX_SEQS` sequences and
       `HYBRID_FULL_MAX_TOKENS` tokens, `hybrid_replays_whole`).
     - ``hybrid_decode_heavy``: ``hybrid`` also replays whole the decode-heavy steps of at most
-      ``max_running`` tokens (`decode_heavy_whole`; false: those steps take the pieces).
+      ``graph_rows`` tokens (`decode_heavy_whole`; false: those steps take the pieces).
     - ``max_running``: the sequences the attention plans hold (the scheduler's ``max_running``).
+    - ``token_graph_rows``: the sequences each whole-step token graph's attention plan holds is
+      ``graph_rows = max(max_running, token_graph_rows)`` (0: ``max_running``). FlashInfer's
+      graph plan has a fixed batch, and a step padded to at most that many tokens gets 16-row
+      query tiles, so more rows let larger decode-heavy steps replay whole (`decode_heavy_whole`).
     - ``gqa_group``: query heads per KV head on one rank, for the ``attn_tile`` feature
       (`attn_tile_of`; `ModelShape.gqa_group`).
 
     Invariants (checked at construction): the mode is known, the sizes are >= 0 and the GQA
-    group and ``max_running`` >= 1. Frozen: a backend that changes how it runs builds a new plan.
+    group and ``max_running`` >= 1, ``token_graph_rows`` >= 0. Frozen: a backend that changes how it runs builds a new plan.
     """
 
     max_graph_bs: int = MAX_GRAPH_BS
@@ -202,11 +207,12 @@ class GraphPlan:
     hybrid_decode_heavy: bool = True
     max_running: int = MAX_RUNNING
     gqa_group: int = 1
+    token_graph_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.token_graph_mode not in TOKEN_GRAPH_MODES:
             raise ValueError(f"token_graph_mode must be one of {TOKEN_GRAPH_MODES}, got {self.token_graph_mode!r}")
-        for name in ("max_graph_bs", "piecewise_max_tokens"):
+        for name in ("max_graph_bs", "piecewise_max_tokens", "token_graph_rows"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GraphPlan.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("max_running", "gqa_group"):
@@ -222,6 +228,11 @@ class GraphPlan:
         values.update(over)
         return cls(**{k: type(getattr(DEFAULT_PLAN, k))(v) for k, v in values.items()})
 
+    @property
+    def graph_rows(self) -> int:
+        """The sequences a whole-step token graph holds: ``max(max_running, token_graph_rows)``."""
+        return max(self.max_running, self.token_graph_rows)
+
     def without_token_graphs(self) -> "GraphPlan":
         """This plan on an engine that replays no token graphs."""
         return replace(self, piecewise_max_tokens=0)
@@ -234,7 +245,7 @@ class GraphPlan:
         """`graph_features` of a step under this plan: ``(padded_tokens, eager_step,
         graph_replay, wide_tiles)``."""
         return graph_features(num_tokens, num_decodes, num_seqs, self.max_graph_bs, self.piecewise_max_tokens,
-                              self.token_graph_mode, self.max_running, self.hybrid_decode_heavy)
+                              self.token_graph_mode, self.graph_rows, self.hybrid_decode_heavy)
 
     def attn_tile(self, graph_replay: Any, num_decodes: Any, num_seqs: Any, num_tokens: Any) -> Any:
         """`attn_tile_of` with this plan's GQA group."""

@@ -33,7 +33,10 @@ class EngineConfig:
       config's ``piecewise_max_tokens``, 8,192 for qwen3-0.6b, docs/engine.md);
       ``hybrid_decode_heavy``: ``hybrid`` also replays whole the steps of at most 8 new tokens
       per sequence padded to at most ``max_running`` tokens (`core.graph_plan.decode_heavy_whole`).
-      These four make the engine's `GraphPlan` (`graph_plan`), whose defaults they take.
+      ``token_graph_rows``: the whole-step token graphs hold ``max(max_running,
+      token_graph_rows)`` sequences (0: ``max_running``), so decode-heavy steps of up to that
+      many tokens replay whole with 16-row attention tiles (`GraphPlan.graph_rows`).
+      These five make the engine's `GraphPlan` (`graph_plan`), whose defaults they take.
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
@@ -84,6 +87,7 @@ class EngineConfig:
     piecewise_max_tokens: int = DEFAULT_PLAN.piecewise_max_tokens
     token_graph_mode: str = DEFAULT_PLAN.token_graph_mode
     hybrid_decode_heavy: bool = DEFAULT_PLAN.hybrid_decode_heavy
+    token_graph_rows: int = DEFAULT_PLAN.token_graph_rows
     overlap: bool | None = None
     attention_backend: str = "auto"
     kernels: str = "auto"
@@ -129,7 +133,7 @@ class EngineConfig:
         query heads per KV head on one rank (``gqa_group``)."""
         plan = GraphPlan(max_graph_bs=self.max_graph_bs, piecewise_max_tokens=self.piecewise_max_tokens,
                          token_graph_mode=self.token_graph_mode, hybrid_decode_heavy=self.hybrid_decode_heavy,
-                         max_running=max_running, gqa_group=gqa_group)
+                         max_running=max_running, gqa_group=gqa_group, token_graph_rows=self.token_graph_rows)
         return plan if graphs else plan.without_token_graphs()
 
 

@@ -123,8 +123,7 @@ class RankExecutor:
             agree_schedule(self.capture_log.schedule)
 
         max_pages_per_seq = -(-self.max_model_len // cfg.page_size) + 1
-        spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool,
-                             self.sched_config.max_running, max_pages_per_seq)
+        spec = AttentionSpec(local_heads, local_kv, mc.head_dim, self.dtype, self.pool, max_pages_per_seq)
         kw: dict[str, Any] = {}
         if attn_name == "flashinfer":
             kw["decode_tensor_cores"] = cfg.decode_tensor_cores

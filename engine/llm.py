@@ -10,6 +10,7 @@ from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams, seed64
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
+from twinserve.policies.scheduling.makespan import TARGET_TOKENS
 
 
 @dataclass
@@ -47,16 +48,21 @@ class LLM:
     tokenized with the model directory's tokenizer (with BOS).
     Unless ``scheduling`` is given, requests are scheduled by ``makespan`` (the longest outputs
     first, steps held near a fixed size while prompts wait: `policies.scheduling.makespan`),
-    which finishes a batch known up front sooner than arrival order does.
+    which finishes a batch known up front sooner than arrival order does, and unless
+    ``token_graph_rows`` is given, the whole-step token graphs hold as many sequences as
+    makespan's step size (320 tokens), so that its decode-heavy steps replay as one CUDA graph
+    (`EngineConfig.token_graph_rows`).
     ``LLM(model, tp_size=2)`` runs tensor-parallel (rank 0 in this process, rank 1 in a child);
     ``shutdown()`` (or leaving a ``with LLM(...)`` block) stops the child ranks at once, which
     otherwise end when the LLM is garbage collected or the interpreter exits.
     """
 
     offline_scheduling = "makespan"
+    offline_token_graph_rows = TARGET_TOKENS
 
     def __init__(self, model: str, **engine_kwargs: Any) -> None:
         engine_kwargs.setdefault("scheduling", self.offline_scheduling)
+        engine_kwargs.setdefault("token_graph_rows", self.offline_token_graph_rows)
         self.engine = Engine(EngineConfig(model=model, **engine_kwargs))
         self._tokenizer = None
         self._next_rid = 0

@@ -99,7 +99,7 @@ class ModelRunner:
         if use_graphs and plan.piecewise_max_tokens > 0:
             self.token_graphs = TOKEN_GRAPHS.create(
                 plan.token_graph_mode, model=model, attn=attn, pool=pool, max_tokens=plan.piecewise_max_tokens,
-                max_rows=attn.spec.max_batch_size, stream=self.graphs.stream,
+                max_rows=plan.graph_rows, stream=self.graphs.stream,
                 decode_heavy=plan.hybrid_decode_heavy, log=capture_log)
         self._prev_tokens: torch.Tensor | None = None
         self._prev_rows: dict[int, int] = {}

@@ -80,7 +80,7 @@ def cpu_model_and_pools(model_dir, page_size: int, copies: int = 2, num_pages: i
     load_weights(model, model_dir)
     geom = KVGeometry(mc.num_layers, num_pages, page_size, mc.num_kv_heads, mc.head_dim, torch.float32)
     pools = [KVPool(geom, "cpu") for _ in range(copies)]
-    attns = [TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, p, 8, 64))
+    attns = [TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, p, 64))
              for p in pools]
     return model, pools, attns
 

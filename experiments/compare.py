@@ -225,8 +225,9 @@ def engine_overlapped(summary: dict[str, Any]) -> bool:
 def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[str]:
     """Simulator overrides that match an engine run: its KV pool size (``kv.num_pages``, when it
     ran a step), its loop (``backend.pipeline`` when it overlapped) and its token graphs
-    (``scheduler.piecewise_max_tokens``, ``scheduler.token_graph_mode`` and
-    ``scheduler.hybrid_decode_heavy`` from the engine config it recorded; an engine that
+    (``scheduler.piecewise_max_tokens``, ``scheduler.token_graph_mode``,
+    ``scheduler.hybrid_decode_heavy`` and ``scheduler.token_graph_rows`` from the engine config
+    it recorded; an engine that
     recorded a cap but no mode had piecewise graphs only, one without the decode-heavy flag
     sent decode-heavy steps of over 32 sequences to the pieces), and ``backend.share_gpu=true``
     when its replicas shared one GPU (``replicas_share_gpu``)."""
@@ -242,6 +243,7 @@ def sim_matching_engine(steps: pd.DataFrame, summary: dict[str, Any]) -> list[st
         out.append(f"scheduler.piecewise_max_tokens={int(ecfg['piecewise_max_tokens'])}")
         out.append(f"scheduler.token_graph_mode={ecfg.get('token_graph_mode', 'piecewise')}")
         out.append(f"scheduler.hybrid_decode_heavy={str(bool(ecfg.get('hybrid_decode_heavy', False))).lower()}")
+        out.append(f"scheduler.token_graph_rows={int(ecfg.get('token_graph_rows', 0))}")
     return out
 
 

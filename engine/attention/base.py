@@ -88,5 +88,4 @@ class AttentionSpec:
     head_dim: int
     dtype: torch.dtype
     pool: KVPool
-    max_batch_size: int
     max_pages_per_seq: int

@@ -21,7 +21,7 @@ from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
 
 def _attn(tensor_cores: bool, head_dim: int) -> FlashInferAttention:
     pool = KVPool(KVGeometry(1, 8, 16, 8, head_dim, torch.bfloat16), "cuda")
-    return FlashInferAttention(AttentionSpec(16, 8, head_dim, torch.bfloat16, pool, 4, 8), tensor_cores)
+    return FlashInferAttention(AttentionSpec(16, 8, head_dim, torch.bfloat16, pool, 8), tensor_cores)
 
 
 def main(kind: str, hd: int = 128) -> None:

@@ -21,6 +21,11 @@ def prefill_left(r: Req) -> int:
     return n if n > 1 or r.num_computed < r.prompt_len else 0
 
 
+# the step size makespan holds while prompts wait (``target_tokens``); the offline `LLM` sizes its
+# whole-step token graphs to it
+TARGET_TOKENS = 320
+
+
 @SCHEDULING.register("makespan")
 class Makespan(SchedulingPolicy):
     """Longest work first, with steps held near a fixed size while prompts wait.
@@ -50,7 +55,7 @@ class Makespan(SchedulingPolicy):
     name = "makespan"
     sets_budget = True
 
-    def __init__(self, target_tokens: int = 320) -> None:
+    def __init__(self, target_tokens: int = TARGET_TOKENS) -> None:
         if target_tokens < 1:
             raise ValueError(f"makespan: target_tokens must be >= 1, got {target_tokens}")
         self.target_tokens = int(target_tokens)

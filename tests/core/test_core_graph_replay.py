@@ -97,6 +97,28 @@ def test_the_plans_decode_heavy_flag_and_running_cap_reach_the_features():
     assert h.graph_replay == 0
 
 
+def test_wider_token_graphs_replay_larger_decode_heavy_steps_whole():
+    """``token_graph_rows`` above ``max_running``: a step of 200 decodes and a 100-token prompt
+    chunk (300 tokens, padded to 320) replays whole, without wide tiles, where graphs of
+    ``max_running`` rows send it to the pieces; below ``max_running`` the cap still holds."""
+    from twinserve.core.batch import Batch
+
+    class R:
+        pass
+
+    reqs = [R() for _ in range(201)]
+    args = (0, reqs, [100] * 200 + [0], [1] * 200 + [100], [True] * 201, [0] * 201, [True] * 200 + [False])
+    narrow = GraphPlan(token_graph_mode="hybrid", max_running=256)
+    wide = GraphPlan(token_graph_mode="hybrid", max_running=256, token_graph_rows=320)
+    assert (narrow.graph_rows, wide.graph_rows) == (256, 320)
+    assert GraphPlan(max_running=256, token_graph_rows=128).graph_rows == 256
+    f, g = Batch(*args).features(narrow), Batch(*args).features(wide)
+    assert (f.padded_tokens, f.graph_replay) == (320, 0)
+    assert (g.padded_tokens, g.graph_replay, g.wide_tiles) == (320, 1, 0)
+    with pytest.raises(ValueError):
+        GraphPlan(token_graph_rows=-1)
+
+
 def test_piece_step_marks_the_steps_that_run_the_pieces():
     """`piece_step` is 1 exactly when a step is neither one graph replay nor eager: hybrid's
     steps of many sequences that are not decode-heavy, piecewise token-graph steps."""

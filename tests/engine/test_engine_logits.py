@@ -37,7 +37,7 @@ def test_prefill_logits_match_transformers(shape, tiny_model_dir, hf_model):
     model = build_model(mc, TorchKernels(), torch.float32, torch.device("cpu"))
     load_weights(model, d)
     pool = KVPool(KVGeometry(mc.num_layers, 64, PAGE, mc.num_kv_heads, mc.head_dim, torch.float32), "cpu")
-    attn = TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, pool, 8, 64))
+    attn = TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, pool, 64))
     a, b = random_prompts([37, 11], seed=hash(shape) % 1000)
     pages_a = [5, 2, 9, 7, 30, 31, 12, 13, 14, 15]  # deliberately out of order
     pages_b = [40, 41, 42]

@@ -38,7 +38,7 @@ def _engine_logits(mc: ModelConfig, d, prompt: list[int]) -> torch.Tensor:
     model = build_model(mc, TorchKernels(), torch.float32, torch.device("cpu"))
     load_weights(model, d)
     pool = KVPool(KVGeometry(mc.num_layers, 128, PAGE, mc.num_kv_heads, mc.head_dim, torch.float32), "cpu")
-    attn = TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, pool, 8, 128))
+    attn = TorchAttention(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, pool, 128))
     pages = list(range(127, 127 - 80, -1))        # out of order, 320 slots
     out = []
     with torch.inference_mode():

@@ -199,13 +199,15 @@ def test_the_simulator_takes_the_engine_runs_token_graphs() -> None:
     steps = pd.DataFrame({"free_pages": [90], "used_pages": [8], "cached_pages": [2]})
     ran = {"run": {"engine_config": {"piecewise_max_tokens": 1024, "token_graph_mode": "full"}}}
     assert sim_matching_engine(steps, ran)[0] == "kv.num_pages=100"
-    assert sim_matching_engine(steps, ran)[-3:] == ["scheduler.piecewise_max_tokens=1024",
+    assert sim_matching_engine(steps, ran)[-4:] == ["scheduler.piecewise_max_tokens=1024",
                                                     "scheduler.token_graph_mode=full",
-                                                    "scheduler.hybrid_decode_heavy=false"]  # before narrow plans
-    ran["run"]["engine_config"]["hybrid_decode_heavy"] = True
-    assert sim_matching_engine(steps, ran)[-1] == "scheduler.hybrid_decode_heavy=true"
+                                                    "scheduler.hybrid_decode_heavy=false",  # before narrow plans
+                                                    "scheduler.token_graph_rows=0"]  # before wider graphs
+    ran["run"]["engine_config"].update(hybrid_decode_heavy=True, token_graph_rows=320)
+    assert sim_matching_engine(steps, ran)[-2:] == ["scheduler.hybrid_decode_heavy=true",
+                                                    "scheduler.token_graph_rows=320"]
     older = {"run": {"engine_config": {"piecewise_max_tokens": 2048}}}  # before the mode existed
-    assert sim_matching_engine(steps, older)[-2] == "scheduler.token_graph_mode=piecewise"
+    assert sim_matching_engine(steps, older)[-3] == "scheduler.token_graph_mode=piecewise"
     assert not any(o.startswith("scheduler.") for o in sim_matching_engine(steps, {}))
 
 
