@@ -180,8 +180,10 @@ class _Replayer:
         """Send one request at its arrival time; ``body``: its `encoded` body, made ahead (None:
         built from ``prompt`` now)."""
         row = _Row(int(spec.rid), str(spec.tenant), int(spec.priority), prompt_tokens=int(spec.prompt_len))
-        delay = self.t0 + float(spec.arrival) - time.perf_counter()
-        if delay > 0:
+        due = self.t0 + float(spec.arrival)
+        # an event loop's timers may fire up to a millisecond early (uvloop rounds them): sleep
+        # again until the arrival time has passed
+        while (delay := due - time.perf_counter()) > 0:
             await asyncio.sleep(delay)
         if self.sem is not None:
             async with self.sem:
