@@ -28,7 +28,7 @@ from twinserve.server.client_watch import ClientWatch
 from twinserve.server.engine_client import EngineClient, RequestStream
 from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
 from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
-from twinserve.server.lean_routes import LeanRoute, LeanRoutes
+from twinserve.server.lean_routes import LeanRoute
 from twinserve.server.messages import TokenizeRequest
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.openai_fields import Choice, merged_batches, model_card, openapi_with_limits, usage_of
@@ -267,8 +267,8 @@ GENERATION_ROUTES: dict[str, LeanRoute] = {
 
 
 def _register_routes(app: FastAPI) -> None:
-    # the generation routes' FastAPI entries give the schema and every error answer; `LeanRoutes`
-    # serves the requests that validate (the same handlers)
+    # the generation routes' FastAPI entries give the schema and every error answer;
+    # `HttpFront` serves the requests that validate (`GENERATION_ROUTES`: the same handlers)
     app.post("/v1/completions", responses=ERROR_RESPONSES)(completions)
     app.post("/v1/chat/completions", responses=ERROR_RESPONSES)(chat_completions)
     app.post("/generate", responses=ERROR_RESPONSES)(generate)
@@ -335,7 +335,6 @@ def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[Ap
                   description="OpenAI-compatible serving over the twinserve engine")
     _register_routes(app)
     _register_errors(app)
-    app.add_middleware(LeanRoutes, routes=GENERATION_ROUTES)  # innermost: inside every guard
     app.openapi = openapi_with_limits(app.openapi, lambda: getattr(getattr(app.state, "ts", None), "max_n", None))
     return app
 
