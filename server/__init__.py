@@ -3,8 +3,9 @@
 Processes (ZMQ PUSH/PULL over IPC files in one private temp dir, msgpack messages from
 `messages`)::
 
-    client -HTTP-> API server (FastAPI/uvicorn, `api_server`, `engine_client`; `guards`: body
-                   limit, API key, status counts; `text_guard`; `health`: the engine heartbeat)
+    client -HTTP-> API server (FastAPI/uvicorn, `api_server`, `engine_client`; `guards` /
+                   `http_front`: status counts, API key, body limit and the lean routes in one
+                   layer; `text_guard`; `health`: the engine heartbeat)
       -> tokenizer worker (`tokenizer_worker`: tokenize, chat template, length checks, chunked
          counting of long prompts, `prompt_limit`)
       -> engine worker (`engine_worker`: Engine.add/abort/step; with tp=N it is rank 0 and the

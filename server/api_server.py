@@ -24,17 +24,18 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from twinserve.core.sampling import seed64
+from twinserve.server.client_watch import ClientWatch
 from twinserve.server.engine_client import EngineClient, RequestStream
 from twinserve.server.errors import ERROR_RESPONSES, APIError, error_body
 from twinserve.server.formats import ChatFormat, CompletionFormat, GenerateFormat
-from twinserve.server.lean_routes import LeanRoute, LeanRoutes
+from twinserve.server.lean_routes import LeanRoute
 from twinserve.server.messages import TokenizeRequest
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.openai_fields import Choice, merged_batches, model_card, openapi_with_limits, usage_of
 from twinserve.server.protocol import (
     ChatCompletionRequest, CompletionRequest, GenerateRequestBody, SamplingFields,
 )
-from twinserve.server.sse import SSE_DONE, EventStream, sse_data, unless_disconnected
+from twinserve.server.sse import SSE_DONE, EventStream, sse_data
 from twinserve.server.text_guard import check_text
 
 CLIENT_GONE = 499  # nginx's "client closed request"; nobody reads it
@@ -100,11 +101,11 @@ def _check_model(st: AppState, body: SamplingFields) -> None:
                        f"`{st.model.name}`.", param="model", code="model_not_found")
 
 
-async def _admit(st: AppState, request: Request, build: Callable[[int], TokenizeRequest]) -> RequestStream | None:
+async def _admit(st: AppState, watch: ClientWatch, build: Callable[[int], TokenizeRequest]) -> RequestStream | None:
     """Submit and wait for Accepted; None if the client left meanwhile (request aborted)."""
     stream = await st.client.submit(build)
     try:
-        gone, _ = await unless_disconnected(request, st.client.next_event(stream))
+        gone, _ = await watch.run(st.client.next_event(stream))
     except BaseException:
         await st.client.abort(stream)
         raise
@@ -155,33 +156,41 @@ async def _abort_all(st: AppState, streams: list[RequestStream]) -> None:
 async def _respond(st: AppState, request: Request, body: SamplingFields, fmt: Any,
                    build: Callable[[int, int, int | None], TokenizeRequest]) -> Response:
     """Submit ``body.n`` requests (the first leads: the others start once it has a token, from
-    the prefix cache) and answer with all of them."""
+    the prefix cache) and answer with all of them. One `ClientWatch` serves the request's
+    whole life; a streamed answer takes it over."""
+    watch: ClientWatch | None = ClientWatch(request.receive)
     streams: list[RequestStream] = []
     try:
-        first = await _admit(st, request, lambda rid: build(rid, 0, None))
-        if first is None:
-            return Response(status_code=CLIENT_GONE)
-        streams.append(first)
-        for k in range(1, body.n):
-            s = await _admit(st, request, lambda rid, k=k: build(rid, k, first.rid))
-            if s is None:
-                await _abort_all(st, streams)
+        try:
+            first = await _admit(st, watch, lambda rid: build(rid, 0, None))
+            if first is None:
                 return Response(status_code=CLIENT_GONE)
-            streams.append(s)
-    except BaseException:
-        await _abort_all(st, streams)
-        raise
-    if body.stream:
-        async def on_close() -> None:
+            streams.append(first)
+            for k in range(1, body.n):
+                s = await _admit(st, watch, lambda rid, k=k: build(rid, k, first.rid))
+                if s is None:
+                    await _abort_all(st, streams)
+                    return Response(status_code=CLIENT_GONE)
+                streams.append(s)
+        except BaseException:
             await _abort_all(st, streams)
-        return EventStream(_events(st, streams, fmt, body.include_usage), on_close)
-    try:
-        gone, choices = await unless_disconnected(request, _collect(st, streams))
+            raise
+        if body.stream:
+            async def on_close() -> None:
+                await _abort_all(st, streams)
+            events = EventStream(_events(st, streams, fmt, body.include_usage), on_close, watch)
+            watch = None  # the stream closes it
+            return events
+        try:
+            gone, choices = await watch.run(_collect(st, streams))
+        finally:
+            await _abort_all(st, streams)
+        if gone:
+            return Response(status_code=CLIENT_GONE)
+        return JSONResponse(fmt.full(choices, _usage(st, streams)))
     finally:
-        await _abort_all(st, streams)
-    if gone:
-        return Response(status_code=CLIENT_GONE)
-    return JSONResponse(fmt.full(choices, _usage(st, streams)))
+        if watch is not None:
+            watch.close()
 
 
 def _request(rid: int, body: SamplingFields, kind: str, field: str, k: int, after: int | None, *,
@@ -258,8 +267,8 @@ GENERATION_ROUTES: dict[str, LeanRoute] = {
 
 
 def _register_routes(app: FastAPI) -> None:
-    # the generation routes' FastAPI entries give the schema and every error answer; `LeanRoutes`
-    # serves the requests that validate (the same handlers)
+    # the generation routes' FastAPI entries give the schema and every error answer;
+    # `HttpFront` serves the requests that validate (`GENERATION_ROUTES`: the same handlers)
     app.post("/v1/completions", responses=ERROR_RESPONSES)(completions)
     app.post("/v1/chat/completions", responses=ERROR_RESPONSES)(chat_completions)
     app.post("/generate", responses=ERROR_RESPONSES)(generate)
@@ -326,7 +335,6 @@ def build_app(make_state: Callable[[], contextlib.AbstractAsyncContextManager[Ap
                   description="OpenAI-compatible serving over the twinserve engine")
     _register_routes(app)
     _register_errors(app)
-    app.add_middleware(LeanRoutes, routes=GENERATION_ROUTES)  # innermost: inside every guard
     app.openapi = openapi_with_limits(app.openapi, lambda: getattr(getattr(app.state, "ts", None), "max_n", None))
     return app
 

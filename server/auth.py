@@ -29,6 +29,26 @@ def protected(path: str) -> bool:
                                 for p in PROTECTED_PREFIXES)
 
 
+def key_problem(scope: Scope, key: bytes) -> str | None:
+    """Why the request may not pass (no key, a wrong key), or None when it carries ``key``."""
+    given = b""
+    for k, v in scope.get("headers") or ():
+        if k == b"authorization":
+            scheme, _, token = v.partition(b" ")
+            if scheme.lower() == b"bearer":
+                given = token.strip()
+    if hmac.compare_digest(given, key):
+        return None
+    return "a wrong API key" if given else "no API key"
+
+
+async def refuse_unauthorized(send: Send, why: str) -> None:
+    """The 401 answer to a request that `key_problem` refuses for ``why``."""
+    await send_json(send, 401, error_body(
+        401, f"this server requires an API key (Authorization: Bearer <key>); the request "
+        f"carried {why}", code="invalid_api_key"), {"WWW-Authenticate": "Bearer"})
+
+
 class ApiKeyAuth:
     """Invariant: a protected path reaches the app only with ``Authorization: Bearer <key>``."""
 
@@ -38,16 +58,8 @@ class ApiKeyAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and protected(scope.get("path", "")):
-            given = b""
-            for k, v in scope.get("headers") or ():
-                if k == b"authorization":
-                    scheme, _, token = v.partition(b" ")
-                    if scheme.lower() == b"bearer":
-                        given = token.strip()
-            if not hmac.compare_digest(given, self.key):
-                why = "a wrong API key" if given else "no API key"
-                await send_json(send, 401, error_body(
-                    401, f"this server requires an API key (Authorization: Bearer <key>); the request "
-                    f"carried {why}", code="invalid_api_key"), {"WWW-Authenticate": "Bearer"})
+            why = key_problem(scope, self.key)
+            if why is not None:
+                await refuse_unauthorized(send, why)
                 return
         await self.app(scope, receive, send)

@@ -30,6 +30,41 @@ async def send_json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": data})
 
 
+def declared_over(scope: Scope, max_bytes: int) -> bool:
+    """The request declares a ``Content-Length`` over ``max_bytes`` (one that does not parse
+    counts as none)."""
+    for k, v in scope.get("headers") or ():
+        if k == b"content-length":
+            try:
+                declared = int(v)
+            except ValueError:
+                declared = 0
+            if declared > max_bytes:
+                return True
+    return False
+
+
+async def refuse_too_large(send: Send, max_bytes: int) -> None:
+    """The 413 answer to a declared body over ``max_bytes``."""
+    await send_json(send, 413, error_body(413, too_large(max_bytes), code="body_too_large"))
+
+
+def limited(receive: Receive, max_bytes: int) -> Receive:
+    """``receive`` that raises a 413 `HTTPException` once the body passes ``max_bytes``."""
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        msg = await receive()
+        if msg["type"] == "http.request":
+            seen += len(msg.get("body", b""))
+            if seen > max_bytes:
+                raise HTTPException(413, too_large(max_bytes))
+        return msg
+
+    return counted
+
+
 class BodyLimit:
     """Invariant: the app never receives more than ``max_bytes`` bytes of one request's body."""
 
@@ -41,25 +76,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for k, v in scope.get("headers") or ():
-            if k == b"content-length":
-                try:
-                    declared = int(v)
-                except ValueError:
-                    declared = 0
-                if declared > self.max_bytes:
-                    await send_json(send, 413, error_body(413, too_large(self.max_bytes),
-                                                          code="body_too_large"))
-                    return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise HTTPException(413, too_large(self.max_bytes))
-            return msg
-
-        await self.app(scope, counted, send)
+        if declared_over(scope, self.max_bytes):
+            await refuse_too_large(send, self.max_bytes)
+            return
+        await self.app(scope, limited(receive, self.max_bytes), send)

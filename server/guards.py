@@ -1,22 +1,19 @@
-"""`install_guards`: what protects one app: body limit, API key, status counts, debug routes."""
+"""`guarded`: what protects one app: status counts, API key, body limit, debug routes."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from twinserve.server.auth import ApiKeyAuth, api_key_of
-from twinserve.server.body_limit import BodyLimit
+from twinserve.server.auth import api_key_of
 from twinserve.server.config import ServerConfig
 from twinserve.server.debug_routes import register_debug_routes
-from twinserve.server.status_metrics import StatusCounter
+from twinserve.server.http_front import HttpFront
+from twinserve.server.lean_routes import LeanRoute
 
 
-def install_guards(app: FastAPI, cfg: ServerConfig) -> None:
-    """Call before the app starts. Order of a request: status count, API key, body limit, app."""
-    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
-    key = api_key_of(cfg.api_key)
-    if key is not None:
-        app.add_middleware(ApiKeyAuth, key=key)
-    app.add_middleware(StatusCounter)
+def guarded(app: FastAPI, cfg: ServerConfig, routes: dict[str, LeanRoute]) -> HttpFront:
+    """The ASGI app to serve, in front of ``app`` (call before the app starts). Order of a
+    request: status count, API key, body limit, then ``routes`` or the app."""
     if cfg.debug:
         register_debug_routes(app)
+    return HttpFront(app, routes, cfg.max_body_bytes, api_key_of(cfg.api_key))

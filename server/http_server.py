@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
 import uvicorn
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from twinserve.engine.heap import settle_heap
-from twinserve.server.api_server import AppState, ModelInfo, build_app, cancel_tasks
+from twinserve.server.api_server import GENERATION_ROUTES, AppState, ModelInfo, build_app, cancel_tasks
 from twinserve.server.config import ServerConfig
 from twinserve.server.engine_client import EngineClient
-from twinserve.server.guards import install_guards
+from twinserve.server.guards import guarded
 from twinserve.server.ipc import IpcPaths
 from twinserve.server.metrics import ServerMetrics
 from twinserve.server.supervisor import Supervisor
@@ -120,7 +121,10 @@ def run_http(spec: HttpSpec) -> None:
             client.close()
 
     app = build_app(make_state)
-    install_guards(app, spec.cfg)
-    config = uvicorn.Config(app, log_level=spec.cfg.log_level,
-                            timeout_graceful_shutdown=3, lifespan="on", access_log=False)
+    front = guarded(app, spec.cfg, GENERATION_ROUTES)
+    config = uvicorn.Config(front, log_level=spec.cfg.log_level, timeout_graceful_shutdown=3,
+                            lifespan="on", access_log=False, proxy_headers=False)
+    # uvicorn's proxy-header handling (X-Forwarded-*, from the hosts it trusts) stays in front of
+    # the app's own routes, the only readers of the client address and scheme
+    front.fallback = ProxyHeadersMiddleware(app, trusted_hosts=config.forwarded_allow_ips)
     _Uvicorn(config, hook).run(sockets=[spec.sock])

@@ -141,12 +141,18 @@ class ServerMetrics:
 
 
 class _Bound:
-    """A labelled counter family with ``model_name`` fixed: ``.labels(<label>=v)`` gives a child."""
+    """A labelled counter family with ``model_name`` fixed: ``.labels(<label>=v)`` gives a child,
+    the same one for the same value (kept here: the family's own lookup is per call)."""
 
     def __init__(self, family: Counter, model_name: str, label: str) -> None:
         self._family = family
         self._model = model_name
         self._label = label
+        self._children: dict[str, Counter] = {}
 
     def labels(self, **kw: str) -> Counter:
-        return self._family.labels(model_name=self._model, **{self._label: kw[self._label]})
+        value = kw[self._label]
+        child = self._children.get(value)
+        if child is None:
+            child = self._children[value] = self._family.labels(model_name=self._model, **{self._label: value})
+        return child

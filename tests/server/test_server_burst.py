@@ -1,4 +1,4 @@
-"""The lean path of a burst of requests: batched IPC messages, `LeanRoutes`, the SSE stream's
+"""The lean path of a burst of requests: batched IPC messages, `HttpFront`'s lean routes, the SSE stream's
 writes, and a burst through the shared server."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from twinserve.server.bench_client import BenchConfig, bench_workload
 from twinserve.server.engine_client import RequestStream
 from twinserve.server.formats import CompletionFormat
 from twinserve.server.ipc import recv_all, send
-from twinserve.server.lean_routes import LeanRoute, LeanRoutes
+from twinserve.server.http_front import HttpFront
+from twinserve.server.lean_routes import LeanRoute
 from twinserve.server.messages import TextDelta, TokenizeRequest, decode
 from twinserve.server.outbox import Outbox
 from twinserve.server.sse import SSE_DONE, EventStream
@@ -75,7 +76,7 @@ class _Body(BaseModel):
     x: int
 
 
-def _lean_app() -> FastAPI:
+def _lean_app() -> HttpFront:
     async def lean(body: _Body, request: Request) -> Response:
         return JSONResponse({"x": body.x, "by": "lean"})
 
@@ -85,8 +86,7 @@ def _lean_app() -> FastAPI:
     async def fastapi_route(body: _Body) -> dict[str, Any]:
         return {"x": body.x, "by": "fastapi"}
 
-    app.add_middleware(LeanRoutes, routes={"/x": LeanRoute(_Body, lean)})
-    return app
+    return HttpFront(app, {"/x": LeanRoute(_Body, lean)}, 1 << 20)
 
 
 def test_lean_routes_serve_valid_bodies_and_hand_the_rest_to_the_app_with_the_body() -> None:

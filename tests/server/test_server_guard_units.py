@@ -246,3 +246,11 @@ def test_busy_engine_loop_keeps_beating() -> None:
         loop.run(_EmptyInbox())
     beats = [m for m in out.msgs if type(m).__name__ == "EngineStats"]
     assert len(beats) >= 5  # 0.6 s of back-to-back steps, one beat per 0.1 s
+
+
+def test_labelled_counters_keep_one_child_per_value() -> None:
+    m = ServerMetrics("m")
+    a, b = m.http.labels(status="200"), m.http.labels(status="200")
+    assert a is b and a is not m.http.labels(status="404")
+    a.inc(2)
+    assert m.registry.get_sample_value("twinserve_http_requests_total", {"model_name": "m", "status": "200"}) == 2
