@@ -57,8 +57,8 @@ def dense_layers(num_tokens: int, num_decodes: int, decode_only: bool, max_graph
 
 # Token-graph modes (the engine's ``token_graph_mode``), and the most sequences a step may have
 # for ``hybrid`` to replay the whole-step graph: FlashInfer's CUDA-graph prefill plan of a graph
-# of ``t`` tokens holds ``min(t, rows)`` sequences (``rows``: `GraphPlan.graph_rows`, at least
-# ``max_running``; the rules below name it ``max_running``), and above ``rows`` tokens it
+# of ``t`` tokens holds ``min(t, graph_rows)`` sequences (`GraphPlan.graph_rows`, at least
+# ``max_running``), and above ``graph_rows`` tokens it
 # gives every sequence a query tile of 128 rows, so a step with many decodes does more
 # attention work there than in the eager plan, while its launch is hidden by the device anyway.
 TOKEN_GRAPH_MODES = ("full", "piecewise", "hybrid")
@@ -69,33 +69,33 @@ HYBRID_FULL_MAX_SEQS = 32
 # captures its whole-step graphs only up to this size.
 HYBRID_FULL_MAX_TOKENS = 2048
 # ``hybrid`` also replays whole a step of more sequences when it has at most this many new
-# tokens per sequence (mostly decodes) and is padded to at most ``max_running`` tokens: that
+# tokens per sequence (mostly decodes) and is padded to at most ``graph_rows`` tokens: that
 # graph's plan holds a sequence per token, so its tiles have 16 rows, as the eager plan's
 # would (for a GQA group of 2; docs/engine.md has the measurements).
 HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ = 8
 
 
-def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
+def decode_heavy_whole(num_seqs: int, num_tokens: int, padded_tokens: int, graph_rows: int,
                        decode_heavy: bool = True) -> bool:
     """Whether a token-graph step (``num_tokens`` over ``num_seqs`` sequences, padded to
-    ``padded_tokens``) is decode-heavy within ``max_running`` tokens, so that ``hybrid`` replays
+    ``padded_tokens``) is decode-heavy within ``graph_rows`` tokens, so that ``hybrid`` replays
     it whole whatever its sequence count (never with ``decode_heavy`` false)."""
-    return (decode_heavy and padded_tokens <= max_running
+    return (decode_heavy and padded_tokens <= graph_rows
             and 0 < num_tokens <= HYBRID_DECODE_HEAVY_TOKENS_PER_SEQ * num_seqs)
 
 
-def hybrid_replays_whole(num_seqs: int, num_tokens: int, padded_tokens: int, max_running: int,
+def hybrid_replays_whole(num_seqs: int, num_tokens: int, padded_tokens: int, graph_rows: int,
                          decode_heavy: bool = True, max_full_seqs: int = HYBRID_FULL_MAX_SEQS) -> bool:
     """Whether ``hybrid`` replays a token-graph step as its whole-step graph rather than the
     pieces: padded to at most `HYBRID_FULL_MAX_TOKENS` (the full graphs' largest size), and
     of at most ``max_full_seqs`` sequences or `decode_heavy_whole`."""
     return padded_tokens <= HYBRID_FULL_MAX_TOKENS and (num_seqs <= max_full_seqs or decode_heavy_whole(
-        num_seqs, num_tokens, padded_tokens, max_running, decode_heavy))
+        num_seqs, num_tokens, padded_tokens, graph_rows, decode_heavy))
 
 
 def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_graph_bs: int = MAX_GRAPH_BS,
                       token_graph_mode: str = "full", num_seqs: int = 0, num_tokens: int = 0,
-                      padded_tokens: int = 0, max_running: int = MAX_RUNNING, decode_heavy: bool = True) -> bool:
+                      padded_tokens: int = 0, graph_rows: int = MAX_RUNNING, decode_heavy: bool = True) -> bool:
     """Whether the engine runs a step as one CUDA-graph replay: a decode graph, or a token graph
     of mode ``full`` (attention inside; ``piecewise`` token graphs leave it eager between
     pieces; ``hybrid`` takes the full one by `hybrid_replays_whole`, else the pieces).
@@ -106,17 +106,17 @@ def replays_one_graph(num_decodes: int, decode_only: bool, eager: bool, max_grap
     if eager:
         return False
     return token_graph_mode == "full" or (token_graph_mode == "hybrid" and hybrid_replays_whole(
-        num_seqs, num_tokens, padded_tokens, max_running, decode_heavy))
+        num_seqs, num_tokens, padded_tokens, graph_rows, decode_heavy))
 
 
 def wide_tiles_of(replay: bool, decode_only: bool, num_decodes: int, padded_tokens: int,
-                  max_graph_bs: int = MAX_GRAPH_BS, max_running: int = MAX_RUNNING) -> bool:
+                  max_graph_bs: int = MAX_GRAPH_BS, graph_rows: int = MAX_RUNNING) -> bool:
     """Whether a step is a whole-step token graph whose attention plan uses 128-row query tiles:
     one replay (`replays_one_graph`) that is not a decode graph, padded to more tokens than
-    the ``max_running`` sequences its FlashInfer wrapper holds. (FlashInfer's graph plan sizes
+    the ``graph_rows`` sequences its FlashInfer wrapper holds. (FlashInfer's graph plan sizes
     its tiles from ``(tokens - sequences + 1) * gqa_group``: over 64, so 128-row tiles, for
     every padded size above 256 with 256 sequences and a GQA group of 2 or more.)"""
-    return replay and not _decode_graph(num_decodes, decode_only, max_graph_bs) and padded_tokens > max_running
+    return replay and not _decode_graph(num_decodes, decode_only, max_graph_bs) and padded_tokens > graph_rows
 
 
 def attn_tile_of(graph_replay: Any, num_decodes: Any, num_seqs: Any, num_tokens: Any, gqa_group: int) -> Any:
@@ -134,17 +134,17 @@ def attn_tile_of(graph_replay: Any, num_decodes: Any, num_seqs: Any, num_tokens:
 
 def graph_features(num_tokens: int, num_decodes: int, num_seqs: int, max_graph_bs: int = MAX_GRAPH_BS,
                    piecewise_max_tokens: int = PIECEWISE_MAX_TOKENS, token_graph_mode: str = TOKEN_GRAPH_MODE,
-                   max_running: int = MAX_RUNNING, decode_heavy: bool = True) -> tuple[int, int, int, int]:
+                   graph_rows: int = MAX_RUNNING, decode_heavy: bool = True) -> tuple[int, int, int, int]:
     """``(padded_tokens, eager_step, graph_replay, wide_tiles)`` of a step of ``num_tokens``
     new tokens over ``num_seqs`` sequences, ``num_decodes`` of them decodes, on an engine with
     those settings (`dense_layers`, `replays_one_graph`, `wide_tiles_of`): the `BatchFeatures`
     fields that say how the engine runs the step, for `Batch.features` and the simulator's
-    decode stretches alike. ``max_running`` is the whole-step graphs' rows (`GraphPlan.graph_rows`)."""
+    decode stretches alike. ``graph_rows``: the sequences the whole-step graphs hold (`GraphPlan.graph_rows`)."""
     decode_only = num_decodes == num_seqs
     rows, eager = dense_layers(num_tokens, num_decodes, decode_only, max_graph_bs, piecewise_max_tokens)
     replay = replays_one_graph(num_decodes, decode_only, eager, max_graph_bs, token_graph_mode, num_seqs,
-                               num_tokens, rows, max_running, decode_heavy)
-    wide = wide_tiles_of(replay, decode_only, num_decodes, rows, max_graph_bs, max_running)
+                               num_tokens, rows, graph_rows, decode_heavy)
+    wide = wide_tiles_of(replay, decode_only, num_decodes, rows, max_graph_bs, graph_rows)
     return rows, int(eager), int(replay), int(wide)
 
 

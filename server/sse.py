@@ -63,7 +63,7 @@ class EventStream(Response):
         self._watch = watch
 
     async def _write(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         async for chunk in self._events:
             last = chunk.endswith(SSE_DONE)
             await send({"type": "http.response.body", "body": chunk, "more_body": not last})
