@@ -6,7 +6,9 @@ timed runs; prints output tokens/s. ``--no-overlap`` / ``--no-cuda-graphs`` swit
 ``--variants`` adds, on the same engine, a run without overlap and one without graph replay.
 
 Decode micro-benchmark (``--decode``): batches of 1, 64 and 256 requests at context 1024, median
-device time of a decode step against the bandwidth bound (weight bytes + KV bytes) / 4.3 TB/s.
+device time of a decode step against the bandwidth bound (weight bytes + KV bytes) / the device's
+device-to-device copy bandwidth, measured at the start of the benchmark (`copy_bandwidth`; bytes
+read plus bytes written per second: about 4.3 TB/s on the H200 host).
 
 Models: ``--model DIR`` (a checkpoint) or ``--shape NAME`` (config only, random "dummy" weights).
 ``--tp N`` runs tensor-parallel on N GPUs (the decode bound is then per GPU: a rank's share of
@@ -31,7 +33,28 @@ from twinserve.core.sampling import SamplingParams
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.engine import Engine
 
-COPY_BW = 4.3e12  # bytes/s, device-to-device copy measured on the H200 host
+
+def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, reps: int = 10) -> float:
+    """Bytes read plus bytes written per second by a copy of ``nbytes`` within ``device``
+    (median of ``reps`` copies after one untimed; CUDA events on a GPU, the wall clock
+    elsewhere): the bandwidth a bandwidth bound divides by."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t)
+    return 2 * nbytes / float(np.median(times))
 
 
 def recipe(n: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0, vocab: int = 10000
@@ -66,8 +89,8 @@ def run_offline(eng: Engine, prompts: list[np.ndarray], olens: list[int], temper
     return time.perf_counter() - t, produced, len(eng.steps) - steps0
 
 
-def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0: int = 10_000_000
-                 ) -> dict[str, float]:
+def decode_bench(eng: Engine, batch: int, copy_bw: float, ctx: int = 1024, steps: int = 24,
+                 rid0: int = 10_000_000) -> dict[str, float]:
     rng = np.random.default_rng(batch)
     first = len(eng.steps)
     for i in range(batch):
@@ -83,8 +106,8 @@ def decode_bench(eng: Engine, batch: int, ctx: int = 1024, steps: int = 24, rid0
     mean_ctx = float(np.mean([r.features.decode_ctx / batch for r in recs]))
     kv_bytes = batch * mean_ctx * 2 * mc.num_layers * geom.num_kv_heads * geom.head_dim * elem
     dur = float(np.median([r.duration for r in recs]))
-    bound = (weight_bytes + kv_bytes) / COPY_BW
-    return {"batch": batch, "ctx": mean_ctx, "steps": len(recs), "step_ms": dur * 1e3,
+    bound = (weight_bytes + kv_bytes) / copy_bw
+    return {"batch": batch, "ctx": mean_ctx, "steps": len(recs), "step_ms": dur * 1e3, "copy_bw": copy_bw,
             "bound_ms": bound * 1e3, "fraction_of_bound": bound / dur,
             "wall_ms": float(np.median(np.diff([r.start for r in recs]))) * 1e3 if len(recs) > 2 else float("nan")}
 
@@ -220,8 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.decode:
         eng.set_mode(overlap=eng.cfg.overlap is not False and eng.device.type == "cuda",
                      cuda_graphs=eng.runner.graphs is not None)
+        copy_bw = copy_bandwidth(eng.device)
+        print(f"device-to-device copy: {copy_bw / 1e12:.2f} TB/s (read + write)")
         for b in (1, 64, 256):
-            r = decode_bench(eng, b)
+            r = decode_bench(eng, b, copy_bw)
             r.update(model=label, kind="decode", page_size=args.page_size, tp=args.tp,
                      decode_tensor_cores=getattr(eng.attn, "tensor_cores", None))
             results.append(r)
