@@ -29,3 +29,14 @@ def test_http_overhead_smoke(tmp_path):
         # /proc counts CPU time in clock ticks (10 ms): a process of so short a run may show 0
         assert all(math.isfinite(v) and v >= 0 for v in cpu.values()) and sum(cpu.values()) > 0, cpu
     assert res["scenarios"]["moderate"]["scenario"]["rate"] > 0  # derived from the saturated run
+
+
+def test_verdict_names_each_target_and_what_did_not_run():
+    from twinserve.bench.http_overhead import _table, verdict
+
+    sat = {"throughput_loss": 0.03, "added_mean_ttft_ms": 25.0, "added_median_ttft_ms": 5.0, "added_mean_itl_ms": 0.0}
+    mod = {"throughput_loss": 0.0, "added_mean_ttft_ms": 4.0, "added_median_ttft_ms": 11.0, "added_mean_itl_ms": 0.0}
+    assert verdict({"saturate": {"compare": sat}}) == {"throughput_ok": True, "saturated_ttft_ok": False, "ttft_ok": None}
+    assert verdict({"moderate": {"compare": mod}})["ttft_ok"] is False  # the median counts too
+    line = _table({"scenarios": {}, "verdict": verdict({})}).splitlines()[-1]
+    assert line.count("not run") == 3
