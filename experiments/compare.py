@@ -213,10 +213,12 @@ def for_backend(overrides: Sequence[str], name: str) -> list[str]:
 
 
 def engine_overlapped(summary: dict[str, Any]) -> bool:
-    """Whether the engine run used overlap scheduling (its default: on for CUDA, off on CPU); the
-    simulator then replays the same pipelined loop (``backend.pipeline``)."""
+    """Whether the engine run used overlap scheduling (its default: on for CUDA, off on CPU;
+    with speculation ``spec_overlap``, for the steps that could not speculate); the simulator
+    then replays the same pipelined loop (``backend.pipeline``)."""
     run = summary.get("run", {})
-    ov = run.get("engine_config", {}).get("overlap")
+    ecfg = run.get("engine_config", {})
+    ov = ecfg.get("spec_overlap", ecfg.get("overlap"))
     if ov is not None:
         return bool(ov)
     return str(run.get("hardware", "")) != "cpu"

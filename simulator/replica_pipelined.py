@@ -41,7 +41,15 @@ class PipelinedReplica(Replica):
     replica's turn in the host's round, and a step starts on the device no earlier than the end
     of the last step any replica launched there (``dev_start[k] >= shared.dev_end``), as
     engines stepped in turn by one thread on one GPU; the wake delay is then the host's, paid
-    when every replica was idle, not this replica's."""
+    when every replica was idle, not this replica's.
+
+    With speculation (``sched.spec``) the loop does what the engine's does: before forming a
+    step that may have verify rows (`SpecDecoding.may_draft_next` of the running requests) it
+    waits for the in-flight step's tokens and completes it, so that drafts start from known
+    tokens; a step with verify rows is completed as soon as its device span ends, before the
+    next iteration; a draft model's proposal time (``spec.draft_step_s``) is schedule work of
+    every step with verify rows. Requests whose token is still in flight draft nothing (their
+    ``pending`` token, as in the engine)."""
 
     mode = "pipelined"
 
@@ -55,8 +63,12 @@ class PipelinedReplica(Replica):
         dev_end = -math.inf
         wake = cost.wake_parts()
         woke_launch = 0.0  # extra launch work of the first step after a long idle wait
+        spec = sched.spec
         while True:
             yield from self._take_turn()
+            if spec is not None and prev is not None and spec.may_draft_next(sched.running):
+                yield from self._settle(prev)  # drafts need every request's tokens known
+                prev = None
             t = env.now
             batch = sched.schedule(t)
             if batch is None and prev is None:
@@ -76,6 +88,8 @@ class PipelinedReplica(Replica):
                 if woke_launch:
                     hp = replace(hp, launch=hp.launch + woke_launch)
                     woke_launch = 0.0
+                if spec is not None and batch.drafts is not None and spec.draft_step_s:
+                    hp = replace(hp, sched=hp.sched + spec.draft_step_s)  # the draft model proposes
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()
@@ -101,11 +115,26 @@ class PipelinedReplica(Replica):
                 t_host = t_tok + prev[4]
                 if batch is None:
                     loop = self._host_parts(prev[0].features(self.plan), t).loop
+            if launched is not None and launched[0].drafts is not None:  # a verify step settles at once
+                if t_host > env.now:
+                    yield env.timeout(t_host - env.now)
+                yield from self._settle(launched)
+                t_host, launched = env.now, None
             prev = launched
             nxt = t_host + loop
             if nxt > env.now:
                 yield env.timeout(nxt - env.now)
             self._end_turn()
+
+    def _settle(self, step: tuple[Batch, Any, float, float, float]) -> Generator:
+        """Wait for ``step``'s device end (from now), deliver its tokens and spend its
+        ``complete`` host time."""
+        batch, rec, d0, d1, complete = step
+        if d1 > self.env.now:
+            yield self.env.timeout(d1 - self.env.now)
+        self._complete(batch, rec, d1 - d0)
+        if complete > 0.0:
+            yield self.env.timeout(complete)
 
     @property
     def wake_delay(self) -> float:

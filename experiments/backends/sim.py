@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from twinserve.core.errors import UserError
 from twinserve.core.run_config import from_cfg
 from twinserve.core.spec_step import combined_stats
 from twinserve.core.workload import Workload
@@ -34,11 +33,8 @@ class SimBackend(Backend):
         mismatch = token_graph_mismatch(choice.model, plan, choice.source)
         if mismatch:
             warnings.warn(mismatch, CalibrationMismatchWarning, stacklevel=2)
-        # speculation: one step at a time, as the engine runs it (no overlap, no decode stretches)
+        # speculation: no decode stretches (each step drafts anew), no lagged arrivals
         spec_on = sim_speculation(cfg)[0].enabled
-        if spec_on and bool(b["pipeline"]):
-            raise UserError("speculative decoding runs without overlap: leave backend.pipeline false",
-                            key="backend.pipeline")
         sim_cfg = SimConfig(
             replicas=rc.replicas, router=rc.router, router_kwargs=dict(rc.router_kwargs),
             fast_forward=bool(b["fast_forward"]) and not spec_on,

@@ -59,8 +59,55 @@ def test_sim_acceptance_from_an_engine_summary(make_cfg: Any, tmp_path: Path) ->
 def test_sim_speculation_needs_an_acceptance_model(make_cfg: Any, tmp_path: Path) -> None:
     with pytest.raises(UserError, match="acceptance"):
         run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=4"), tmp_path)
-    with pytest.raises(UserError, match="pipeline"):
-        run_experiment(make_cfg(*SMALL, *SPEC, "backend.pipeline=true"), tmp_path / "p")
+
+
+def test_pipelined_loop_settles_verify_steps(make_cfg: Any, tmp_path: Path) -> None:
+    """In the pipelined loop a step with verify rows is completed before the next step is
+    formed (the next one starts after its device span), while plain steps overlap their
+    successors, also where no draft could follow the pending tokens (half the time here, so the
+    loop would otherwise leave a verify step in flight)."""
+    counters = {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 9,
+                "spec_decode_num_reached_pos1": 9, "spec_decode_num_accepted_tokens_pos1": 8,
+                "spec_decode_num_proposed_len0": 0, "spec_decode_num_proposed_len1": 0,
+                "spec_decode_num_proposed_len2": 10,
+                "spec_decode_num_after_checked": 10, "spec_decode_num_after_no_match": 5}
+    path = tmp_path / "half.json"
+    path.write_text(json.dumps({"spec": counters}))
+    s = run_experiment(make_cfg(*SMALL, "spec.method=ngram", "spec.num_tokens=2", f"spec.acceptance_file={path}",
+                                "backend.pipeline=true"), tmp_path / "p")
+    _, steps, summary = load_run(tmp_path / "p")
+    assert s["completed"] == 12 and summary["run"]["loop"] == "pipelined"
+    sp = summary["spec"]
+    assert sp["spec_decode_num_drafts"] > 0
+    assert steps["spec_num_accepted_tokens"].sum() == sp["spec_decode_num_accepted_tokens"]
+    steps = steps.sort_values("start").reset_index(drop=True)
+    end = steps["start"] + steps["duration"]
+    nxt = steps["start"].shift(-1)
+    verify = (steps["spec_num_draft_tokens"] > 0) & nxt.notna()
+    assert verify.any() and (nxt[verify] >= end[verify] - 1e-12).all()
+    plain = run_experiment(make_cfg(*SMALL, "backend.pipeline=true"), tmp_path / "plain")
+    ps = load_run(tmp_path / "plain")[1].sort_values("start").reset_index(drop=True)
+    assert (ps["start"].shift(-1) < ps["start"] + ps["duration"]).any()  # plain steps overlap
+    assert plain["completed"] == 12
+
+
+def test_pipelined_loop_without_drafts_is_the_plain_pipeline(make_cfg: Any, tmp_path: Path) -> None:
+    """An acceptance model under which no draft can follow a pending token and no proposal has a
+    token: the speculating pipelined loop never settles early and matches the loop without
+    speculation step for step."""
+    counters = {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 5,
+                "spec_decode_num_proposed_len0": 10, "spec_decode_num_proposed_len1": 0,
+                "spec_decode_num_after_checked": 10, "spec_decode_num_after_no_match": 10}
+    path = tmp_path / "none.json"
+    path.write_text(json.dumps({"spec": counters}))
+    cfg = [*SMALL, "backend.pipeline=true"]
+    a = run_experiment(make_cfg(*cfg, "spec.method=ngram", "spec.num_tokens=1", f"spec.acceptance_file={path}"),
+                       tmp_path / "spec")
+    b = run_experiment(make_cfg(*cfg), tmp_path / "plain")
+    sa, sb = load_run(tmp_path / "spec")[1], load_run(tmp_path / "plain")[1]
+    assert len(sa) == len(sb)
+    assert np.allclose(sa["start"].to_numpy(), sb["start"].to_numpy())
+    assert a["mean_ttft_ms"] == pytest.approx(b["mean_ttft_ms"]) and a["mean_tpot_ms"] == pytest.approx(b["mean_tpot_ms"])
 
 
 def test_same_config_runs_on_the_engine(make_cfg: Any, tmp_path: Path) -> None:
