@@ -5,20 +5,22 @@
 # acceptance, `compare`):
 #   bench/scripts/gpu_spec_compare.sh OUTDIR MODEL_DIR
 # RATES (default "4 16" req/s), REQUESTS (128), CAL_BUDGET (90 s of profiling). OUTDIR gets
-# cal/h200_<model>_tp1.json, cal.log, one cmp_<workload>_<rate>.md per run and spec_cmp.tgz
-# (the engine and simulator run folders, the profile steps, the calibration).
+# cal/<gpu>_<model>_tp1.json (gpu: h200, h100, ... from the device's name), cal.log, one
+# cmp_<workload>_<rate>.md per run and spec_cmp.tgz (the engine and simulator run folders, the
+# profile steps, the calibration).
 set -u
 OUT_DIR=${1:?usage: gpu_spec_compare.sh OUTDIR MODEL_DIR}; MODEL=${2:?model dir}
 NAME=$(basename "$MODEL"); WORK=runs/spec_cmp
+GPU=$(python3 -c "import torch; from twinserve.experiments.calibrate import gpu_key; print(gpu_key(torch.cuda.get_device_name()))")
 mkdir -p "$OUT_DIR/cal" "$WORK"
 CAL=$(cd "$OUT_DIR/cal" && pwd)
 timeout $((${CAL_BUDGET:-90} + 120)) python3 -m twinserve.experiments.calibrate --model "$MODEL" --device cuda \
-  --budget-s "${CAL_BUDGET:-90}" --gpu h200 --steps-out "$WORK/profile_steps.parquet" \
-  --out "$OUT_DIR/cal/h200_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1
+  --budget-s "${CAL_BUDGET:-90}" --gpu "$GPU" --steps-out "$WORK/profile_steps.parquet" \
+  --out "$OUT_DIR/cal/${GPU}_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1
 tail -4 "$OUT_DIR/cal.log"
 for w in code_edit questions; do
   for r in ${RATES:-4 16}; do
-    timeout 150 python3 -m twinserve.experiments.compare --out "$WORK/${w}_$r" model.path="$MODEL" hardware=h200 \
+    timeout 150 python3 -m twinserve.experiments.compare --out "$WORK/${w}_$r" model.path="$MODEL" hardware="$GPU" \
       workload=$w workload.rate=$r workload.num_requests=${REQUESTS:-128} spec.method=ngram spec.num_tokens=${K:-8} \
       "cost_model.calibration_dirs=[$CAL]" $([ $w = code_edit ] && echo workload.max_output=256) \
       > "$WORK/${w}_$r.log" 2>&1
