@@ -41,7 +41,8 @@ import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 TTFT_BUDGET_MS = 10.0  # added mean and median TTFT at moderate load
 SATURATED_TTFT_BUDGET_MS = 20.0  # added mean TTFT at saturation
@@ -58,14 +59,14 @@ class Target:
     check: Callable[[dict[str, float]], bool]
 
 
-TARGETS: dict[str, Target] = {
+TARGETS: Mapping[str, Target] = MappingProxyType({
     "throughput_ok": Target("saturate", f"throughput loss <= {100 * THROUGHPUT_LOSS_BUDGET:.0f} % (saturate)",
                             lambda c: c["throughput_loss"] <= THROUGHPUT_LOSS_BUDGET),
     "saturated_ttft_ok": Target("saturate", f"added mean TTFT <= {SATURATED_TTFT_BUDGET_MS:.0f} ms (saturate)",
                                 lambda c: c["added_mean_ttft_ms"] <= SATURATED_TTFT_BUDGET_MS),
     "ttft_ok": Target("moderate", f"added TTFT <= {TTFT_BUDGET_MS:.0f} ms (moderate)",
                       lambda c: max(c["added_mean_ttft_ms"], c["added_median_ttft_ms"]) <= TTFT_BUDGET_MS),
-}
+})
 
 
 def verdict(scenarios: dict[str, Any]) -> dict[str, bool | None]:
@@ -73,6 +74,8 @@ def verdict(scenarios: dict[str, Any]) -> dict[str, bool | None]:
     not run)."""
     return {name: (t.check(scenarios[t.scenario]["compare"]) if t.scenario in scenarios else None)
             for name, t in TARGETS.items()}
+
+
 KEYS = ("completed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
         "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms")
 
