@@ -25,19 +25,22 @@ class KVGeometry:
 
 
 class KVPool:
-    """One tensor ``[num_layers, 2, num_pages + 1, page_size, num_kv_heads, head_dim]``.
+    """One tensor ``[num_layers, 2, num_pages + 1 + side_pages, page_size, num_kv_heads, head_dim]``.
 
     Per layer, ``k(layer)`` and ``v(layer)`` are contiguous ``[pages, page_size, heads, dim]``
     tensors: FlashInfer's "NHD" paged layout, passed as a ``(k, v)`` tuple. Page ``p`` in
     ``[0, num_pages)`` is the memory policy's page id ``p``; token position ``t`` of a request
     lives in page ``pages[t // page_size]`` at slot ``t % page_size``, i.e. flat slot
-    ``page * page_size + t % page_size``. The extra last page (``scratch_page``) is never handed out:
-    padded CUDA-graph rows write and read there. With ``fused_store`` (CUDA with triton), `write`
+    ``page * page_size + t % page_size``. The page after the usable ones (``scratch_page``) is never
+    handed out: padded CUDA-graph rows write and read there. ``side_pages`` more pages follow it,
+    outside the memory policy's ids too: a self-speculative draft writes the K/V of the
+    positions it proposes over there (engine/spec_draft_paged.py). With ``fused_store`` (CUDA with triton), `write`
     stores k and v whose token rows are contiguous with one Triton launch
     (`engine.triton.kv_store`).
     """
 
-    def __init__(self, geom: KVGeometry, device: torch.device | str, fused_store: bool = False) -> None:
+    def __init__(self, geom: KVGeometry, device: torch.device | str, fused_store: bool = False,
+                 side_pages: int = 0) -> None:
         self.geom = geom
         self._store = None
         if fused_store:
@@ -46,10 +49,12 @@ class KVPool:
             self._store = kv_store
         self.device = torch.device(device)
         self.scratch_page = geom.num_pages
+        self.side_pages = range(geom.num_pages + 1, geom.num_pages + 1 + side_pages)
+        total = geom.num_pages + 1 + side_pages
         self.buffer = torch.zeros(
-            (geom.num_layers, 2, geom.num_pages + 1, geom.page_size, geom.num_kv_heads, geom.head_dim),
+            (geom.num_layers, 2, total, geom.page_size, geom.num_kv_heads, geom.head_dim),
             dtype=geom.dtype, device=self.device)
-        slots = (geom.num_pages + 1) * geom.page_size
+        slots = total * geom.page_size
         self._k_flat = [self.buffer[i, 0].view(slots, geom.num_kv_heads, geom.head_dim)
                         for i in range(geom.num_layers)]
         self._v_flat = [self.buffer[i, 1].view(slots, geom.num_kv_heads, geom.head_dim)

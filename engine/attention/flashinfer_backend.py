@@ -68,7 +68,8 @@ class FlashInferAttention:
     supports_cuda_graphs = True
 
     def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None,
-                 fast_plan: bool = True, prefill_backend: str = "fa2") -> None:
+                 fast_plan: bool = True, prefill_backend: str = "fa2",
+                 workspace: torch.Tensor | None = None) -> None:
         import flashinfer
 
         from twinserve.engine.attention import host_max
@@ -83,7 +84,8 @@ class FlashInferAttention:
         if decode_tensor_cores is None:
             decode_tensor_cores = spec.num_heads // spec.num_kv_heads >= 4
         self.tensor_cores = decode_tensor_cores
-        self.workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        # another backend's float workspace may be shared when the two never run at once (a draft's)
+        self.workspace = torch.zeros(_WORKSPACE_BYTES, dtype=torch.uint8, device=dev) if workspace is None else workspace
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD",
                                                                 backend=prefill_backend)
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
