@@ -112,7 +112,7 @@ class Engine:
         if spec.enabled:
             if cfg.tp_size > 1:
                 raise ValueError("speculative decoding runs at tp_size 1")
-            draft = build_draft(spec, self.model, self.pool) if spec.method in MODEL_METHODS else None
+            draft = build_draft(spec, self.model, self.pool, ex.draft_runtime) if spec.method in MODEL_METHODS else None
             self.scheduler.spec = SpecDecoding(spec, draft, prepare=draft.prepare if draft is not None else None)
         self.steps: list[StepRecord] = []
         self.runner.mark_origin()

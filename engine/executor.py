@@ -7,6 +7,7 @@ the same `EngineConfig`, so all ranks hold matching shards, pools and captured g
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -14,6 +15,7 @@ import torch
 from twinserve.core.capture_schedule import CaptureItem, capture_schedule
 from twinserve.core.config import SchedulerConfig, scheduler_default
 from twinserve.core.graph_plan import GraphPlan
+from twinserve.core.spec import SpecConfig
 from twinserve.engine.attention import ATTENTION, AttentionSpec
 from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.config import EngineConfig
@@ -27,6 +29,7 @@ from twinserve.engine.model_config import ModelConfig, parse_dtype
 from twinserve.engine.models import build_model
 from twinserve.engine.runner import ModelRunner, synchronize_event
 from twinserve.engine.sampler import Sampler
+from twinserve.engine.spec_draft import DraftRuntime, target_side_pages
 from twinserve.engine.token_graphs import TOKEN_GRAPHS
 
 
@@ -113,9 +116,10 @@ class RankExecutor:
             activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype, tp.size), cfg.cpu_kv_tokens)
         num_pages = agree_pages(int(local_pages))
         fused = cfg.uses_triton_kernels(cuda)
-        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device, fused_store=fused)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
         self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
+        side = target_side_pages(SpecConfig.of(cfg.spec), cfg.page_size, self.sched_config.max_running)
+        self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device, fused_store=fused, side_pages=side)
         self.plan: GraphPlan = cfg.graph_plan(graphs, self.sched_config.max_running, max(1, local_heads // local_kv))
         plan = self.plan
         self.capture_log = make_log(capture_schedule(plan))
@@ -130,6 +134,10 @@ class RankExecutor:
             kw["fast_plan"] = cfg.fast_plan
             kw["prefill_backend"] = cfg.prefill_backend
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
+        if attn_name == "flashinfer":
+            kw["workspace"] = self.attn.workspace
+        self.draft_runtime = DraftRuntime(partial(ATTENTION.create, attn_name, **kw), spec, graphs,
+                                          self.sched_config.max_running, SpecConfig.of(cfg.spec).num_tokens)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
                                   use_graphs=graphs, plan=plan, wait_event=wait_event,
                                   capture_log=self.capture_log)
