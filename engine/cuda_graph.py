@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 import numpy as np
 import torch
 
@@ -10,6 +12,33 @@ from twinserve.engine.attention.base import AttentionInputs
 from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
+
+
+T = TypeVar("T")
+
+
+def capture(run: Callable[[], T], stream: "torch.cuda.Stream", pool_handle: object,
+            warmups: int = 1) -> tuple["torch.cuda.CUDAGraph", T]:
+    """Run ``run`` ``warmups`` times on ``stream`` (lazy kernel setup, cuBLAS workspaces), then
+    capture one call into a CUDA graph in ``pool_handle``'s memory; returns the graph and the
+    captured call's output (the tensors a replay rewrites)."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool_handle, stream=stream):
+        out = run()
+    return g, out
+
+
+def decode_capture_inputs(bs: int, scratch_page: int) -> AttentionInputs:
+    """Decode inputs of ``bs`` rows that each attend to one slot of ``scratch_page``: what a
+    decode graph is captured with."""
+    one = np.ones(bs, np.int32)
+    return AttentionInputs(qo_lens=one, kv_lens=one, page_indptr=np.arange(bs + 1, dtype=np.int32),
+                           page_indices=np.full(bs, scratch_page, np.int32), last_page_len=one, decode_only=True)
 
 
 def graph_batch_sizes(max_graph_bs: int) -> list[int]:
@@ -42,12 +71,6 @@ class CudaGraphRunner:
         attn.init_graphs(self.sizes)
         self._capture_all()
 
-    def _dummy_inputs(self, bs: int) -> AttentionInputs:
-        one = np.ones(bs, np.int32)
-        return AttentionInputs(qo_lens=one, kv_lens=one, page_indptr=np.arange(bs + 1, dtype=np.int32),
-                               page_indices=np.full(bs, self.pool.scratch_page, np.int32),
-                               last_page_len=one, decode_only=True)
-
     def _run(self, bs: int) -> torch.Tensor:
         s = self.static
         ctx = ForwardContext(positions=s[bs:2 * bs], slots=s[2 * bs:3 * bs], attn=self.attn)
@@ -65,17 +88,8 @@ class CudaGraphRunner:
         with self.log.capturing("decode", bs):
             s.zero_()
             s[2 * bs:3 * bs] = self.pool.scratch_page * self.pool.page_size
-            self.attn.plan_graph(bs, self._dummy_inputs(bs))
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._run(bs)
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool_handle, stream=stream):
-                out = self._run(bs)
-            self.graphs[bs] = g
-            self.logits[bs] = out
+            self.attn.plan_graph(bs, decode_capture_inputs(bs, self.pool.scratch_page))
+            self.graphs[bs], self.logits[bs] = capture(lambda: self._run(bs), stream, pool_handle, warmups=2)
 
     def load(self, bs: int, dev_packed: torch.Tensor, inputs: AttentionInputs) -> None:
         """Copy the padded step inputs into the static buffer and plan graph ``bs``'s attention."""

@@ -26,6 +26,7 @@ import torch
 
 from twinserve.core.capture_schedule import decode_graph_sizes
 from twinserve.engine.attention.base import AttentionInputs
+from twinserve.engine.cuda_graph import capture, decode_capture_inputs
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 
@@ -153,20 +154,8 @@ class PagedDraft:
         for bs in sorted(self.sizes, reverse=True):  # the largest first: the rest reuse its memory
             self.static.zero_()
             self.static[2 * bs:3 * bs] = self.pool.scratch_page * ps
-            one = np.ones(bs, np.int32)
-            self.attn.plan_graph(bs, AttentionInputs(
-                qo_lens=one, kv_lens=one, page_indptr=np.arange(bs + 1, dtype=np.int32),
-                page_indices=np.full(bs, self.pool.scratch_page, np.int32), last_page_len=one,
-                decode_only=True))
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._run_graph_inputs(bs)
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=handle, stream=stream):
-                self.tokens[bs] = self._run_graph_inputs(bs)
-            self.graphs[bs] = g
+            self.attn.plan_graph(bs, decode_capture_inputs(bs, self.pool.scratch_page))
+            self.graphs[bs], self.tokens[bs] = capture(lambda: self._run_graph_inputs(bs), stream, handle, warmups=2)
         torch.cuda.synchronize()
 
     # ---- proposing ---------------------------------------------------------------------------

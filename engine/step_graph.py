@@ -19,6 +19,7 @@ import torch
 from twinserve.core.graph_plan import padded_token_count
 from twinserve.engine.attention.base import AttentionBackend, AttentionInputs
 from twinserve.engine.capture_log import CaptureLog
+from twinserve.engine.cuda_graph import capture
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM, ForwardContext
 from twinserve.engine.piecewise_graph import piece_token_counts
@@ -123,12 +124,5 @@ class StepGraphs:
                 self.positions.zero_()
                 self.slots.fill_(self.scratch_slot)
                 self.attn.plan_token_graph(t, capture_inputs(t, self.rows[t], page, scratch))  # type: ignore[attr-defined]
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    self._run(t)  # warm-up: lazy kernel setup and cuBLAS workspaces
-                torch.cuda.current_stream().wait_stream(stream)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool_handle, stream=stream):
-                    self.out[t] = self._run(t)
-                self.graphs[t] = g
+                self.graphs[t], self.out[t] = capture(lambda: self._run(t), stream, pool_handle)
         torch.cuda.synchronize()
