@@ -29,7 +29,7 @@ those the step left room for k.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class SpecDecoding:
         self.prepare_s = 0.0  # wall time of the latest prepare (a draft model's proposals), seconds
         self.prepare_total_s = 0.0  # of every prepare with requests to draft for
         self.num_prepares = 0
-        self.draft_step_s = 0.0  # the simulator's price of a draft model's proposals per step with verify rows
+        self.draft_price: Any = None  # the simulator's price of a draft model's proposals (simulator/draft_price.py)
         self._drafts: dict[int, np.ndarray] = {}
         self.num_drafts = 0
         self.num_draft_tokens = 0

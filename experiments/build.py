@@ -18,6 +18,7 @@ from twinserve.core.spec_accept import AcceptanceModel, read_acceptance_file
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
+from twinserve.simulator.draft_price import draft_price
 from twinserve.simulator.hardware import GPUSpec, get_hardware
 from twinserve.simulator.kv_plan import kv_pages
 
@@ -112,13 +113,16 @@ def graph_plan(cfg: Mapping[str, Any], shape: ModelShape, sc: SchedulerConfig) -
     return rc.graph_plan(sc.max_running, shape.gqa_group(rc.tp))
 
 
-def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False) -> Callable[[], Any]:
+def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool = False,
+                      num_layers: int = 0) -> Callable[[], Any]:
     """A zero-argument function that builds one fresh Scheduler per call (one per replica);
-    with ``spec`` set, each speculates through the config's `AcceptanceModel`. ``make.made``
+    with ``spec`` set, each speculates through the config's `AcceptanceModel`, a draft model's
+    proposals priced by `draft_price` (``num_layers``: the target's, for ``layers:N``). ``make.made``
     lists the schedulers built so far, in order (replica i is the i-th)."""
     from twinserve.policies.factory import build_scheduler
 
     spec, accept = sim_speculation(cfg)
+    price = draft_price(spec, accept, num_layers) if accept is not None else None
     rc = from_cfg(cfg)
     pol = rc.policies
     made: list[Any] = []
@@ -132,7 +136,7 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
         if accept is not None:
             s.spec = SpecDecoding(spec, accept.propose, hinted=True,
                                   may_after=accept.may_draft_after if accept.no_match_rate > 0 else None)
-            s.spec.draft_step_s = accept.draft_step_s
+            s.spec.draft_price = price
         made.append(s)
         return s
 

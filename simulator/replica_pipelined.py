@@ -47,7 +47,7 @@ class PipelinedReplica(Replica):
     step that may have verify rows (`SpecDecoding.may_draft_next` of the running requests) it
     waits for the in-flight step's tokens and completes it, so that drafts start from known
     tokens; a step with verify rows is completed as soon as its device span ends, before the
-    next iteration; a draft model's proposal time (``spec.draft_step_s``) is schedule work of
+    next iteration; a draft model's proposal time (``spec.draft_price``) is schedule work of
     every step with verify rows. Requests whose token is still in flight draft nothing (their
     ``pending`` token, as in the engine)."""
 
@@ -88,8 +88,9 @@ class PipelinedReplica(Replica):
                 if woke_launch:
                     hp = replace(hp, launch=hp.launch + woke_launch)
                     woke_launch = 0.0
-                if spec is not None and batch.drafts is not None and spec.draft_step_s:
-                    hp = replace(hp, sched=hp.sched + spec.draft_step_s)  # the draft model proposes
+                if spec is not None and batch.drafts is not None and spec.draft_price is not None:
+                    # the draft model proposes
+                    hp = replace(hp, sched=hp.sched + spec.draft_price(cost, self.plan, batch))
                 gpu = hp.device if hp.device is not None else cost.step_time(f)
                 if self.noise is not None:
                     gpu = gpu * self.noise.one()

@@ -114,8 +114,9 @@ class PlainReplica(Replica):
             wall = self.cost.serial_wall(f, gpu, cpu)  # the engine settles it before forming the next
         else:
             wall = self.cost.wall_time(gpu, cpu)
-        if spec is not None and batch.drafts is not None and spec.draft_step_s:
+        if spec is not None and batch.drafts is not None and spec.draft_price is not None:
             # a draft model's proposals run before the step, on the host's clock (sched time)
-            cpu += spec.draft_step_s
-            wall += spec.draft_step_s
+            d = spec.draft_price(self.cost, self.plan, batch)
+            cpu += d
+            wall += d
         return gpu, cpu, wall

@@ -45,7 +45,7 @@ class SimBackend(Backend):
             host_speed=_host_speed(b["host_speed_from"], choice.model, bool(b["pipeline"]))
             or _host_episodes(b["host_episodes"], choice.model, bool(b["pipeline"]), workload, rc.seed),
             plan=plan, share_device=bool(b["share_gpu"]))
-        make = scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants)
+        make = scheduler_factory(cfg, sc, checked=sim_cfg.check_invariants, num_layers=ctx.shape.num_layers)
         res = simulate(workload, make, choice.model, sim_cfg)
         steps = res.steps
         spec_meta = {}

@@ -143,6 +143,58 @@ def test_sim_prices_a_draft_models_proposals(make_cfg: Any, tmp_path: Path) -> N
     assert runs["priced"]["mean_tpot_ms"] > runs["free"]["mean_tpot_ms"] + 5
 
 
+def test_layer_draft_price_is_a_fraction_of_decode_steps() -> None:
+    """layers:N without a measurement: k decode forwards of N / L of the model over the verify
+    rows, each at its own context, plus a decode step's launch; nothing without verify rows."""
+    from twinserve.core.batch import Batch
+    from twinserve.core.graph_plan import DEFAULT_PLAN
+    from twinserve.core.model_shapes import get_shape
+    from twinserve.simulator.cost.roofline import RooflineCostModel
+    from twinserve.simulator.draft_price import LayerDraftPrice
+    from twinserve.simulator.hardware import get_hardware
+
+    cost = RooflineCostModel(get_shape("llama3-8b"), get_hardware("h200"))
+    batch = Batch(1, [None] * 3, [100, 200, 50], [3, 1, 1], [True] * 3, [0, 0, 0], [False, True, True], drafts=[2, 0, 0])
+
+    def decode(ctx: int) -> float:
+        f = Batch(0, [None], [ctx], [1], [True], [0], [True]).features(DEFAULT_PLAN)
+        return cost.step_time(f) + cost.host_parts(f).launch
+
+    one = LayerDraftPrice(k=1, fraction=1.0)(cost, DEFAULT_PLAN, batch)
+    assert one == pytest.approx(decode(100))  # only the verify row drafts
+    four = LayerDraftPrice(k=4, fraction=1.0)(cost, DEFAULT_PLAN, batch)
+    assert four == pytest.approx(sum(decode(100 + j) for j in range(4)))
+    half = LayerDraftPrice(k=4, fraction=0.5)(cost, DEFAULT_PLAN, batch)
+    launch = sum(cost.host_parts(Batch(0, [None], [100 + j], [1], [True], [0], [True]).features(DEFAULT_PLAN)).launch
+                 for j in range(4))
+    assert half == pytest.approx(launch + 0.5 * (four - launch))
+    plain = Batch(1, [None], [100], [1], [True], [0], [True])
+    assert LayerDraftPrice(k=4, fraction=1.0)(cost, DEFAULT_PLAN, plain) == 0.0
+
+
+def test_sim_prices_a_layer_draft_from_the_cost_model(make_cfg: Any, tmp_path: Path) -> None:
+    """spec.draft=layers:N with given acceptance rates and no engine measurement: more layers
+    cost more per verify step; a measured time in an acceptance file takes precedence."""
+    cfgs = {n: [*SMALL, "spec.method=draft", f"spec.draft=layers:{n}", "spec.num_tokens=2",
+                "spec.acceptance=[0.5,0.5]"] for n in (2, 24)}
+    runs = {n: run_experiment(make_cfg(*c), tmp_path / f"l{n}") for n, c in cfgs.items()}
+    assert runs[24]["completed"] == runs[2]["completed"] == 12
+    assert runs[24]["mean_tpot_ms"] > runs[2]["mean_tpot_ms"]
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps({"spec": {"spec_decode_num_reached_pos0": 10, "spec_decode_num_accepted_tokens_pos0": 5,
+                                         "spec_decode_num_proposed_len0": 0, "spec_decode_num_proposed_len1": 10,
+                                         "spec_decode_draft_s_per_step": 0.02}}))
+    run_experiment(make_cfg(*SMALL, "spec.method=draft", "spec.draft=layers:2", "spec.num_tokens=1",
+                            f"spec.acceptance_file={path}"), tmp_path / "measured")
+    steps = load_run(tmp_path / "measured")[1]
+    verify = steps["spec_num_draft_tokens"] > 0
+    assert verify.any() and (steps.loc[verify, "cpu_s"] >= 0.02).all()
+    with pytest.warns(UserWarning, match="only from an engine's measurement"):
+        run_experiment(make_cfg(*cfgs[2][:-3], "spec.draft=/some/checkpoint", *cfgs[2][-2:]), tmp_path / "ckpt")
+    with pytest.raises(UserError, match="1 <= N <= 32"):
+        run_experiment(make_cfg(*cfgs[2][:-3], "spec.draft=layers:33", *cfgs[2][-2:]), tmp_path / "too_deep")
+
+
 @pytest.mark.parametrize("spec,overlap,want", [(None, True, {"overlap": True}),
                                                  (object(), True, {"overlap": False, "spec_overlap": True}),
                                                  (object(), False, {"overlap": False, "spec_overlap": False})])
