@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,9 @@ class _Suite:
         from twinserve.engine.replay import replay_workload
 
         wl = build_suite_workload([*self.base, *w.calib, *rate_overrides(w, self.base, req_rate, duration_s, requests)])
+        # from the first arrival: a window may open with a quiet stretch (azure_code's
+        # calibration window waits 116 s for its first request), which would idle in real time
+        wl = wl.first_seconds(math.inf)
         _, recs = replay_workload(eng.cfg, wl, progress=False, engine=eng, warmup=False)
         rows = pd.DataFrame([{**r.as_row(), "phase": "replay", "case": -1, "workload": w.name,
                               "calib_req_s": float(req_rate),

@@ -49,6 +49,8 @@ def test_engine_side_writes_profile_capacity_and_runs(suite_dir: Path) -> None:
     for w, g in loaded.groupby("workload"):
         assert g["calib_req_s"].iloc[0] == pytest.approx(0.5 * caps[w], rel=1e-9)
     assert prof["calib_load"].isna().sum() == len(prof) - len(loaded)
+    # each replay starts at its first arrival (azure_code's window opens with 116 quiet seconds)
+    assert (loaded.groupby("workload")["iter_start"].min() < 10).all()
     # the engine's timeline columns come with every step
     for c in ("iter_start", "sched_s", "launch_s", "launch_cpu_s", "launch_end", "tokens_at", "complete_s",
               "dev_start", "dev_end"):
