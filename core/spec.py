@@ -18,6 +18,7 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
+from twinserve.core.errors import UserError
 from twinserve.core.registry import Registry
 from twinserve.core.spec_ngram import NgramIndex
 
@@ -147,6 +148,18 @@ class NgramProposer:
                 start = int(hits[-1]) + n
                 return toks[start:start + k].copy()
         return toks[:0].copy()
+
+
+def layer_draft_depth(draft: str, num_layers: int) -> int | None:
+    """N of a ``layers:N`` draft (``spec.draft``) of a model of ``num_layers`` layers; None for
+    any other draft; `UserError` unless ``1 <= N <= num_layers``."""
+    kind, _, arg = draft.partition(":")
+    if kind != "layers":
+        return None
+    if not arg.isdigit() or not 1 <= int(arg) <= num_layers:
+        raise UserError(f"spec.draft=layers:N needs 1 <= N <= {num_layers} (the model's layers), got '{draft}'",
+                        key="spec.draft")
+    return int(arg)
 
 
 def accept_greedy(draft: np.ndarray, target: np.ndarray) -> np.ndarray:

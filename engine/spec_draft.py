@@ -20,10 +20,9 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from twinserve.core.errors import UserError
 from twinserve.core.registry import Registry
 from twinserve.core.request import Req
-from twinserve.core.spec import SpecConfig
+from twinserve.core.spec import SpecConfig, layer_draft_depth
 from twinserve.engine.attention.base import AttentionSpec
 from twinserve.engine.kv_pool import KVPool
 from twinserve.engine.models.decoder import CausalLM
@@ -104,11 +103,7 @@ class LayerDraft:
     (a request not prepared, or prepared at another length, is proposed for alone)."""
 
     def __init__(self, model: CausalLM, pool: KVPool, arg: str, runtime: DraftRuntime) -> None:
-        n_all = len(model.model.layers)
-        if not arg.isdigit() or not 1 <= int(arg) <= n_all:
-            raise UserError(f"spec.draft=layers:N needs 1 <= N <= {n_all} (the model's layers), got 'layers:{arg}'",
-                            key="spec.draft")
-        self.num_layers = int(arg)
+        self.num_layers = layer_draft_depth(f"layers:{arg}", len(model.model.layers))
         self.paged = runtime.paged(model, self.num_layers, pool, runtime.attn_spec)
         self._ready = PreparedProposals()
 

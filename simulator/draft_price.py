@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from twinserve.core.batch import Batch
-from twinserve.core.errors import UserError
 from twinserve.core.graph_plan import GraphPlan
-from twinserve.core.spec import SpecConfig
+from twinserve.core.spec import SpecConfig, layer_draft_depth
 from twinserve.core.spec_accept import AcceptanceModel
 from twinserve.simulator.cost.base import CostModel
 
@@ -62,15 +61,12 @@ def draft_price(spec: SpecConfig, accept: AcceptanceModel, num_layers: int) -> D
     a draft checkpoint without a measurement is not priced, with a warning)."""
     if accept.draft_step_s:
         return MeasuredDraftPrice(accept.draft_step_s)
-    kind, _, arg = spec.draft.partition(":")
     if spec.method != "draft" or num_layers < 1:
         return None
-    if kind != "layers":
+    depth = layer_draft_depth(spec.draft, num_layers)
+    if depth is None:
         warnings.warn(f"spec.draft={spec.draft}: the simulator prices a draft checkpoint's proposals only from an "
                       "engine's measurement (spec.acceptance_file with spec_decode_draft_s_per_step); here they "
                       "cost nothing", UserWarning, stacklevel=2)
         return None
-    if not arg.isdigit() or not 1 <= int(arg) <= num_layers:
-        raise UserError(f"spec.draft=layers:N needs 1 <= N <= {num_layers} (the model's layers), got "
-                        f"'{spec.draft}'", key="spec.draft")
-    return LayerDraftPrice(spec.num_tokens, int(arg) / num_layers)
+    return LayerDraftPrice(spec.num_tokens, depth / num_layers)
