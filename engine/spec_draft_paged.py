@@ -89,13 +89,8 @@ def plan_draft(pages: Sequence[Sequence[int]], ctx: np.ndarray, last: Sequence[i
         packed[j, 2 * rows: 2 * rows + n] = table[np.arange(n), pos // ps] * ps + pos % ps
         packed[j, 2 * rows + n:] = scratch_page * ps
         kv = np.concatenate([pos + 1, np.ones(pad, np.int64)])
-        npg = -(-kv // ps)
-        cols = np.arange(width)[None, :] < npg[:, None]
-        inputs.append(AttentionInputs(
-            qo_lens=np.ones(rows, np.int32), kv_lens=kv.astype(np.int32),
-            page_indptr=np.concatenate([[0], np.cumsum(npg)]).astype(np.int32),
-            page_indices=table[cols].astype(np.int32),
-            last_page_len=(kv - (npg - 1) * ps).astype(np.int32), decode_only=True))
+        cols = np.arange(width)[None, :] < -(-kv // ps)[:, None]
+        inputs.append(AttentionInputs.from_lengths(np.ones(rows), kv, table[cols], ps, True))
     return DraftPlan(inputs, packed)
 
 
@@ -133,13 +128,19 @@ class PagedDraft:
             self._capture_all()
 
     # ---- the forward -------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        dm = self.model.model
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``num_layers`` layers over ``ids``, storing their K/V at ``slots``:
+        ``(hidden, residual)`` before the final norm."""
         ctx = ForwardContext(positions=positions, slots=slots, attn=self.attn)
-        h, residual = dm.embed_tokens(ids), None
-        for layer in dm.layers[: self.num_layers]:
+        h, residual = self.model.model.embed_tokens(ids), None
+        for layer in self.model.model.layers[: self.num_layers]:
             h, residual = layer(h, residual, ctx)
-        h, _ = dm.norm(h, residual)
+        return h, residual
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Each row's greedy next token: `_hidden`, the final norm, the head, argmax."""
+        h, _ = self.model.model.norm(*self._hidden(ids, positions, slots))
         return self.model.compute_logits(h).argmax(dim=-1)
 
     def _run_graph_inputs(self, bs: int) -> torch.Tensor:
@@ -199,23 +200,14 @@ class PagedDraft:
         ps = self.pool.page_size
         qo = np.fromiter((t.size for t in tokens), np.int64, len(tokens))
         kv = np.asarray(starts, dtype=np.int64) + qo
-        npg = -(-kv // ps)
         pos = np.concatenate([np.arange(s, e) for s, e in zip(starts, kv)])
-        row_pages = [np.asarray(p[: int(m)], dtype=np.int64) for p, m in zip(pages, npg)]
+        row_pages = [np.asarray(p[: -(-int(e) // ps)], dtype=np.int64) for p, e in zip(pages, kv)]
         slots = np.concatenate([rp[(np.arange(s, e)) // ps] * ps + np.arange(s, e) % ps
                                 for rp, s, e in zip(row_pages, starts, kv)])
-        self._plan(AttentionInputs(
-            qo_lens=qo.astype(np.int32), kv_lens=kv.astype(np.int32),
-            page_indptr=np.concatenate([[0], np.cumsum(npg)]).astype(np.int32),
-            page_indices=np.concatenate(row_pages).astype(np.int32),
-            last_page_len=(kv - (npg - 1) * ps).astype(np.int32), decode_only=bool((qo == 1).all())), 0)
+        self._plan(AttentionInputs.from_lengths(qo, kv, np.concatenate(row_pages), ps, bool((qo == 1).all())), 0)
         dev = self.pool.device
         ids = torch.from_numpy(np.concatenate(tokens).astype(np.int64)).to(dev)
-        ctx = ForwardContext(positions=torch.from_numpy(pos).to(dev), slots=torch.from_numpy(slots).to(dev),
-                             attn=self.attn)
-        h, residual = self.model.model.embed_tokens(ids), None
-        for layer in self.model.model.layers[: self.num_layers]:
-            h, residual = layer(h, residual, ctx)
+        self._hidden(ids, torch.from_numpy(pos).to(dev), torch.from_numpy(slots).to(dev))
 
     def _plan(self, inputs: AttentionInputs, graph_bs: int) -> None:
         """Plan the attention (graph ``graph_bs``'s wrapper, or the eager one at 0). FlashInfer

@@ -32,11 +32,7 @@ def capture_inputs(tokens: int, rows: int, page_size: int, scratch_page: int) ->
     qo = np.ones(rows, np.int32)
     qo[0] = tokens - rows + 1
     pages = -(-qo // page_size)
-    return AttentionInputs(
-        qo_lens=qo, kv_lens=qo.copy(),
-        page_indptr=np.concatenate([[0], np.cumsum(pages)]).astype(np.int32),
-        page_indices=np.full(int(pages.sum()), scratch_page, np.int32),
-        last_page_len=(qo - (pages - 1) * page_size).astype(np.int32), decode_only=False)
+    return AttentionInputs.from_lengths(qo, qo, np.full(int(pages.sum()), scratch_page), page_size, False)
 
 
 class StepGraphs:

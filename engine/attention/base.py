@@ -29,6 +29,19 @@ class AttentionInputs:
     last_page_len: np.ndarray
     decode_only: bool
 
+    @classmethod
+    def from_lengths(cls, qo_lens: np.ndarray, kv_lens: np.ndarray, page_indices: np.ndarray, page_size: int,
+                     decode_only: bool) -> "AttentionInputs":
+        """Rows of ``qo_lens`` new tokens over ``kv_lens`` tokens, row i on the next
+        ``ceil(kv_lens[i] / page_size)`` pages of ``page_indices``: the page offsets and last
+        page lengths follow from the lengths."""
+        kv = np.asarray(kv_lens, dtype=np.int64)
+        pages = -(-kv // page_size)
+        return cls(qo_lens=np.asarray(qo_lens).astype(np.int32), kv_lens=kv.astype(np.int32),
+                   page_indptr=np.concatenate([[0], np.cumsum(pages)]).astype(np.int32),
+                   page_indices=np.asarray(page_indices).astype(np.int32),
+                   last_page_len=(kv - (pages - 1) * page_size).astype(np.int32), decode_only=decode_only)
+
     @property
     def batch_size(self) -> int:
         return int(self.qo_lens.size)
