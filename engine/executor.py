@@ -118,7 +118,8 @@ class RankExecutor:
         fused = cfg.uses_triton_kernels(cuda)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
         self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
-        side = target_side_pages(SpecConfig.of(cfg.spec), cfg.page_size, self.sched_config.max_running)
+        spec_cfg = SpecConfig.of(cfg.spec)
+        side = target_side_pages(spec_cfg, cfg.page_size, self.sched_config.max_running)
         self.pool = KVPool(replace(geom0, num_pages=num_pages), self.device, fused_store=fused, side_pages=side)
         self.plan: GraphPlan = cfg.graph_plan(graphs, self.sched_config.max_running, max(1, local_heads // local_kv))
         plan = self.plan
@@ -137,7 +138,7 @@ class RankExecutor:
         if attn_name == "flashinfer":
             kw["workspace"] = self.attn.workspace
         self.draft_runtime = DraftRuntime(partial(ATTENTION.create, attn_name, **kw), spec, graphs,
-                                          self.sched_config.max_running, SpecConfig.of(cfg.spec).num_tokens)
+                                          self.sched_config.max_running, spec_cfg.num_tokens)
         self.runner = ModelRunner(self.model, self.pool, self.attn, Sampler(self.device, cfg.seed, fused=fused),
                                   use_graphs=graphs, plan=plan, wait_event=wait_event,
                                   capture_log=self.capture_log)
