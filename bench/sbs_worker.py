@@ -100,6 +100,18 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def rows_histogram(recs: list, top: int = 12) -> str:
+    """Steps and device seconds per padded row count of the dense layers, for the ``top`` row
+    counts with the most device time (one run's step-size mix): ``"rows:steps/seconds ..."``."""
+    acc: dict[int, list[float]] = {}
+    for x in recs:
+        a = acc.setdefault(int(x.features.padded_tokens), [0, 0.0])
+        a[0] += 1
+        a[1] += x.duration
+    best = sorted(acc.items(), key=lambda kv: -kv[1][1])[:top]
+    return " ".join(f"{k}:{int(v[0])}/{v[1]:.3f}" for k, v in best)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("engine", choices=["ms", "tw"])
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
             recs = eng.steps[n0:]
             row.update(steps=len(recs), prefill_steps=sum(1 for x in recs if x.features.prefill_tokens),
                        preemptions=int(eng.scheduler.num_preemptions - p0),
-                       device_s=round(sum(x.duration for x in recs), 3))
+                       device_s=round(sum(x.duration for x in recs), 3), by_rows=rows_histogram(recs))
         print(json.dumps(row), flush=True)
     if args.profile_seed is not None:
         prof = profile_run(gen, recipe(args.profile_seed, n=args.num_requests, vocab=vocab, lo=args.lens[0], hi=args.lens[1]), label)

@@ -12,6 +12,7 @@
 #   auto       64 code_edit requests at batch 1 and 64, ngram k = 8 (defaults otherwise) with
 #              spec.max_batch_size=auto: the cutoff and measured step costs per row
 #   layers     8 code_edit requests, draft=layers:24 and layers:28 at batch 1 and 16, k = 4
+#              (LAYERS_LIMIT_S, default 300 s: the draft graphs compile on a fresh host)
 #   questions  64 questions requests, ngram k = 8 at batch 1 and 64
 # Each prints its JSON rows (mean TPOT, acceptance, same tokens, ratio to plain) and writes
 # runs_<stage>.json and spec_*.json counter files (each a spec.acceptance_file) to OUTDIR.
@@ -34,7 +35,7 @@ for stage in $STAGES; do
           --name b1 > "$OUT_DIR/b1.log" 2>&1 ;;
     auto) timeout 200 $B --workload code_edit --requests 64 --ngram-batch 1 64 --layers --num-tokens 8 \
             --spec-max-batch-size auto --name auto > "$OUT_DIR/auto.log" 2>&1 ;;
-    layers) timeout 150 $B --workload code_edit --requests 8 --num-tokens 4 --ngram-batch --layers 24 28 \
+    layers) timeout ${LAYERS_LIMIT_S:-300} $B --workload code_edit --requests 8 --num-tokens 4 --ngram-batch --layers 24 28 \
               --layers-batch 1 16 --name layers > "$OUT_DIR/layers.log" 2>&1 ;;
     questions) timeout 120 $B --workload questions --requests 64 --num-tokens 8 --ngram-batch 1 64 --layers \
                  --name questions > "$OUT_DIR/questions.log" 2>&1 ;;
