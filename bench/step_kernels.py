@@ -168,7 +168,7 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
 
     common = dict(q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
 
-    def one_call(graph: bool, layout: str = "NHD", rows: int = 0):
+    def one_call(graph: bool, layout: str = "NHD", rows: int = 0, split: bool = True):
         """``rows`` > the step's sequences: pad with empty rows on one scratch page, as the
         engine's token graphs of ``token_graph_rows`` sequences do."""
         k, v, perm, indptr, last = varied_cache(lens, kv_heads, dim, page, layout)
@@ -178,7 +178,8 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
         perm_p = torch.cat([perm, perm[:1].expand(pad)])
         last_p = torch.cat([last, torch.ones(pad, dtype=torch.int32, device="cuda")])
         w = prefill_wrapper(graph, decodes + 1 + pad, ws, layout)
-        w.plan(qo_p, indptr_p, perm_p, last_p, heads, kv_heads, dim, page, causal=True, **common)
+        w.plan(qo_p, indptr_p, perm_p, last_p, heads, kv_heads, dim, page, causal=True,
+               disable_split_kv=not split, **common)
         return lambda: w.run(q, (k, v))
 
     def split(tc: bool, graph: bool, layout: str = "NHD"):
@@ -209,6 +210,7 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
         "one-prefill-call-graph": ("mixed", lambda: one_call(True)),
         "one-prefill-call-graph-hnd": ("mixed", lambda: one_call(True, "HND")),
         "one-prefill-call-graph-320-rows": ("mixed", lambda: one_call(True, rows=320)),
+        "one-prefill-call-graph-320-rows-nosplit": ("mixed", lambda: one_call(True, rows=320, split=False)),
         "decode-cc+prefill": ("mixed", lambda: split(False, False)),
         "decode-tc+prefill": ("mixed", lambda: split(True, False)),
         "decode-cc+prefill-graph": ("mixed", lambda: split(False, True)),
