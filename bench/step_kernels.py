@@ -127,17 +127,21 @@ def varied_cache(lens: list[int], kv_heads: int, dim: int, page: int, layout: st
 
 
 def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, decodes: int = 256,
-               chunk_new: int = 64, chunk_cached: int = 448, page: int = 16) -> None:
+               chunk_new: int = 64, chunk_cached: int = 448, page: int = 16, order: str = "random") -> None:
     """One step of decodes over varied contexts (uniform in [100, 2000], seeded) plus a prompt
     chunk: one prefill-kernel call over all rows (eager, or planned as a CUDA-graph wrapper as
     the engine's token graphs are) against a decode-kernel call for the decode rows plus a
-    prefill call for the chunk; and the decode rows alone by each decode variant and layout."""
+    prefill call for the chunk; and the decode rows alone by each decode variant and layout.
+    ``order`` "longest-first" sorts the decode rows by context, longest first (the kernels
+    take their work items in row order, so the last ones to start are then the shortest)."""
     import flashinfer
     import numpy as np
     import torch
 
     rng = np.random.default_rng(0)
     dec_lens = [int(x) for x in rng.integers(100, 2001, decodes)]
+    if order == "longest-first":
+        dec_lens.sort(reverse=True)
     lens = dec_lens + [chunk_cached + chunk_new]
     kv_bytes = 2 * sum(lens) * kv_heads * dim * 2
     q = torch.randn(decodes + chunk_new, heads, dim, device="cuda", dtype=torch.bfloat16)
@@ -231,7 +235,7 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
             ref.setdefault(kind, out.clone())
             ms = time_ms(fn)
             nbytes = kv_bytes if kind == "mixed" else 2 * sum(dec_lens) * kv_heads * dim * 2
-            rec(kind=f"{kind}_step_attention", model=model, variant=name, decodes=decodes, chunk=chunk_new,
+            rec(kind=f"{kind}_step_attention", model=model, variant=name, order=order, decodes=decodes, chunk=chunk_new,
                 ms=ms, gb_s=nbytes / ms / 1e6, max_abs_err=err)
         except Exception as e:  # noqa: BLE001 - report and go on
             rec(kind=f"{kind}_step_attention", model=model, variant=name, error=repr(e)[:300])
@@ -336,7 +340,8 @@ def main(argv: list[str] | None = None) -> None:
             for batch, ctx in ((256, 1024), (64, 1024), (256, 512)):
                 decode_attention(rec, m, h, kvh, d, batch, ctx)
         if "mixed" not in a.skip:
-            mixed_step(rec, m, h, kvh, d)
+            for order in ("random", "longest-first"):
+                mixed_step(rec, m, h, kvh, d, order=order)
         if "prefill" not in a.skip:
             for seqs, new, cached in ((16, 512, 512), (4, 2048, 0)):
                 prefill_attention(rec, m, h, kvh, d, seqs, new, cached)
