@@ -53,6 +53,8 @@ class EngineConfig:
       "fa3" (Hopper only). ``token_graph_split_kv``: "always" (FlashInfer's graph default),
       "never", or "auto": the whole-step token graphs whose steps fill the device without it do
       not split the KV (`engine.attention.flashinfer_backend.token_graph_splits`).
+    - ``row_order``: the order of a step's rows on the device (`core.row_order.ROW_ORDERS`):
+      "scheduled" (the scheduler's) or "longest_first" (by attended context, longest first).
     - ``triton_kernels``: the KV store and temperature-only sampling as Triton kernels
       (`engine.triton`); None = on for CUDA when triton imports, False = torch ops.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
@@ -97,6 +99,7 @@ class EngineConfig:
     fast_plan: bool = True
     prefill_backend: str = "fa2"
     token_graph_split_kv: str = "always"
+    row_order: str = "scheduled"
     triton_kernels: bool | None = None
     seed: int = 0
     tp_size: int = 1
