@@ -50,11 +50,7 @@ class EngineConfig:
       without overlap scheduling (``overlap=None`` turns overlap off; ``True`` is refused) and
       at ``tp_size`` 1.
     - ``prefill_backend``: FlashInfer's kernels for eager prefill and mixed steps, "fa2" or
-      "fa3" (Hopper only). ``token_graph_split_kv``: "always" (FlashInfer's graph default),
-      "never", or "auto": the whole-step token graphs whose steps fill the device without it do
-      not split the KV (`engine.attention.flashinfer_backend.token_graph_splits`).
-    - ``row_order``: the order of a step's rows on the device (`core.row_order.ROW_ORDERS`):
-      "scheduled" (the scheduler's) or "longest_first" (by attended context, longest first).
+      "fa3" (Hopper only).
     - ``triton_kernels``: the KV store and temperature-only sampling as Triton kernels
       (`engine.triton`); None = on for CUDA when triton imports, False = torch ops.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
@@ -98,8 +94,6 @@ class EngineConfig:
     decode_tensor_cores: bool | None = None
     fast_plan: bool = True
     prefill_backend: str = "fa2"
-    token_graph_split_kv: str = "always"
-    row_order: str = "scheduled"
     triton_kernels: bool | None = None
     seed: int = 0
     tp_size: int = 1

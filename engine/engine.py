@@ -23,7 +23,6 @@ import torch
 from twinserve.core.batch import Batch
 from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
-from twinserve.core.row_order import ROW_ORDERS
 from twinserve.core.spec import MODEL_METHODS, SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
@@ -109,7 +108,6 @@ class Engine:
             self.sched_config, cfg.scheduling, cfg.memory, cfg.cache, cfg.scheduling_kwargs,
             cfg.memory_kwargs, cfg.cache_kwargs, eos_token_ids=self.eos_token_ids, checked=cfg.checked)
         self.overlap = self.device.type == "cuda" if cfg.overlap is None else cfg.overlap
-        self._row_order = ROW_ORDERS.get(cfg.row_order)
         spec = SpecConfig.of(cfg.spec)
         if spec.enabled:
             if cfg.tp_size > 1:
@@ -189,7 +187,6 @@ class Engine:
         batch = self.scheduler.schedule(t - self._t0)
         launched = None
         if batch is not None:
-            batch = self._row_order(batch)
             if self._inflight is not None and self.options.needs_sync(batch.reqs):
                 outs += self._complete(*self._inflight)  # its tokens feed this step's penalties/grammar
                 self._inflight = None

@@ -134,7 +134,6 @@ class RankExecutor:
             kw["decode_tensor_cores"] = cfg.decode_tensor_cores
             kw["fast_plan"] = cfg.fast_plan
             kw["prefill_backend"] = cfg.prefill_backend
-            kw["token_split_kv"] = cfg.token_graph_split_kv
         self.attn = ATTENTION.create(attn_name, spec=spec, **kw)
         if attn_name == "flashinfer":
             kw["workspace"] = self.attn.workspace

@@ -27,43 +27,18 @@ def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
     return _t(a).pin_memory().to(device, non_blocking=True)
 
 
-def graph_cta_tile_q(tokens: int, rows: int, group: int, head_dim: int) -> int:
-    """Query-tile rows of a CUDA-graph prefill plan of ``tokens`` rows over ``rows`` sequences:
-    FlashInfer 0.6.8 sizes it for the longest query the graph could hold (``PrefillSplitQOKVIndptr``,
-    scheduler.cuh)."""
-    max_qo = (tokens - rows + 1) * group
-    return 128 if max_qo > 64 and head_dim < 256 else (64 if max_qo > 16 else 16)
-
-
 def split_kv_workspace_bytes(tokens: int, rows: int, num_heads: int, num_kv_heads: int,
                              head_dim: int, num_sm: int) -> int:
     """Float workspace a CUDA-graph prefill plan of ``tokens`` rows over ``rows`` sequences
-    needs when it splits the KV (FlashInfer 0.6.8 does in graph mode unless told not to): a
-    partial output and log-sum-exp per (padded work tile, query head, tile row); the tile and
-    grid rules follow its ``PrefillSplitQOKVIndptr`` (scheduler.cuh), plus 1 MiB for alignment."""
+    needs: FlashInfer 0.6.8 always splits the KV in graph mode and keeps a partial output and
+    log-sum-exp per (padded work tile, query head, tile row); the tile and grid rules follow
+    its ``PrefillSplitQOKVIndptr`` (scheduler.cuh), plus 1 MiB for alignment."""
     group = num_heads // num_kv_heads
-    cta = graph_cta_tile_q(tokens, rows, group, head_dim)
+    max_qo = (tokens - rows + 1) * group
+    cta = 128 if max_qo > 64 and head_dim < 256 else (64 if max_qo > 16 else 16)
     tiles = -(-tokens * group // cta) + rows - 1
     padded = max(2 * num_sm // num_kv_heads, tiles)
     return num_heads * padded * cta * (head_dim + 1) * 4 + (1 << 20)
-
-
-def token_graph_splits(tokens: int, rows: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                       num_sm: int, mode: str) -> bool:
-    """Whether the token graph of ``tokens`` rows over ``rows`` sequences splits the KV.
-
-    ``mode`` "always" is FlashInfer's graph default and "never" splits none; "auto" splits only
-    the graphs whose steps may have too few query tiles to fill the device once (fewer than
-    ``num_sm`` tile-by-head work items with half the graph's tokens in one sequence). A graph
-    without the split launches no merge kernel and writes no partial outputs; each of its work
-    items reads its sequence's whole KV."""
-    if mode in ("always", "never"):
-        return mode == "always"
-    if mode != "auto":
-        raise ValueError(f"token_graph_split_kv must be 'always', 'never' or 'auto', not {mode!r}")
-    group = num_heads // num_kv_heads
-    cta = graph_cta_tile_q(tokens, rows, group, head_dim)
-    return -(-(tokens // 2) * group // cta) * num_kv_heads < num_sm
 
 
 class FlashInferAttention:
@@ -80,9 +55,7 @@ class FlashInferAttention:
       padded token count ``t``, of fixed batch ``rows[t]``; ``plan_token_graph`` pads a step to
       those rows with empty ones (`AttentionInputs.pad_rows`). They share index buffers and a
       float workspace sized for the largest plan (`split_kv_workspace_bytes`): all graphs run in
-      one stream's order, so one step's plan never overwrites what a running step reads. Whether
-      a graph splits the KV is fixed at its capture (`token_graph_splits`, ``token_split_kv``),
-      and every later plan of it says the same.
+      one stream's order, so one step's plan never overwrites what a running step reads.
 
     Contract of ``AttentionBackend``; ``plan``/``plan_graph`` take host arrays and copy them to
     the device on the current stream, so they are ordered after any step already enqueued.
@@ -96,7 +69,7 @@ class FlashInferAttention:
 
     def __init__(self, spec: AttentionSpec, decode_tensor_cores: bool | None = None,
                  fast_plan: bool = True, prefill_backend: str = "fa2",
-                 workspace: torch.Tensor | None = None, token_split_kv: str = "always") -> None:
+                 workspace: torch.Tensor | None = None) -> None:
         import flashinfer
 
         from twinserve.engine.attention import host_max
@@ -120,8 +93,6 @@ class FlashInferAttention:
         self._graph: dict[int, object] = {}
         self._token: dict[int, object] = {}
         self._token_rows: dict[int, int] = {}
-        self.token_split_kv = token_split_kv
-        self._token_split: dict[int, bool] = {}
         self._active: object | None = None
         self._active_prefill = False  # the active wrapper is a prefill one (needs an ``out``)
         self._kv = [(self.pool.k(i), self.pool.v(i)) for i in range(self.pool.geom.num_layers)]
@@ -188,8 +159,6 @@ class FlashInferAttention:
                 qo_indptr_buf=self._tok_qo[: r + 1], paged_kv_indptr_buf=self._tok_indptr[: r + 1],
                 paged_kv_indices_buf=self._tok_indices, paged_kv_last_page_len_buf=self._tok_last[:r])
             self._token_rows[t] = r
-            self._token_split[t] = token_graph_splits(t, r, s.num_heads, s.num_kv_heads, s.head_dim, num_sm,
-                                                      self.token_split_kv)
 
     def plan_token_graph(self, t: int, inputs: AttentionInputs) -> None:
         """Plan the prefill wrapper of token graph ``t`` for a step of at most ``t`` tokens; the
@@ -198,7 +167,7 @@ class FlashInferAttention:
         qo_indptr = _qo_indptr(p.qo_lens)
         self._token[t].plan(qo_indptr, _t(p.page_indptr), _to_device(p.page_indices, self.pool.device),
                             _t(p.last_page_len), head_dim_qk=self.spec.head_dim, causal=True,
-                            disable_split_kv=not self._token_split[t], **self._common())
+                            **self._common())
         self._active, self._active_prefill = self._token[t], True
 
     # ---- running -------------------------------------------------------------------------

@@ -83,22 +83,19 @@ def test_gpu_prefill_logits_bf16(shape, tiny_model_dir, hf_model):
     assert our_err <= 2 * hf_err + 0.02
 
 
-@pytest.mark.parametrize("mode", ["full", "piecewise", "hybrid", "full-nosplit"])
+@pytest.mark.parametrize("mode", ["full", "piecewise", "hybrid"])
 @pytest.mark.parametrize("shape", sorted(GPU_SHAPES))
 def test_gpu_token_graphs_match_the_eager_forward(shape, mode, tiny_model_dir):
     """The captured token graphs (whole forward, or pieces, or both), replayed over padded
     buffers, give the eager forward's logits, on a prefill, then a mixed step (a decode and a
     prefill; in hybrid mode, allowed one sequence for the full graph, it takes the pieces), then
     a decode-heavy one (two decodes and a 5-token prefill, padded to 16 tokens within the 16
-    running sequences: whole in hybrid mode too, `core.graph_plan.decode_heavy_whole`);
-    ``full-nosplit``: the whole-step graphs planned without splitting the KV."""
+    running sequences: whole in hybrid mode too, `core.graph_plan.decode_heavy_whole`)."""
     from twinserve.core.request import Req
 
     d = tiny_model_dir(GPU_SHAPES[shape])
-    split = "never" if mode == "full-nosplit" else "always"
-    mode = mode.removesuffix("-nosplit")
     llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=256, max_graph_bs=8, piecewise_max_tokens=256,
-              token_graph_mode=mode, scheduler={"max_running": 16}, token_graph_split_kv=split)
+              token_graph_mode=mode, scheduler={"max_running": 16})
     eng = llm.engine
     tg = eng.runner.token_graphs
     layers = eng.model_config.num_layers

@@ -157,21 +157,3 @@ def test_the_hybrid_mode_sends_steps_above_its_full_cap_to_the_pieces(tiny_model
     assert not greedy_mismatches(llm, hf_model(d), random_prompts([5, 17, 40, 63], seed=4), 10)
     assert {n for n, _ in chosen} == {"full", "pieces"}
     assert all((n == "full") == (t <= 16) for n, t in chosen)
-
-
-def test_token_graphs_split_the_kv_only_where_steps_may_not_fill_the_device():
-    from twinserve.engine.attention.flashinfer_backend import token_graph_splits
-
-    # qwen3-0.6b (16/8 heads) on 132 SMs: 320 tokens over 320 rows take 16-row tiles, and even
-    # 160 tokens of one sequence make 20 tiles x 8 heads = 160 work items: no split
-    assert not token_graph_splits(320, 320, 16, 8, 128, 132, "auto")
-    # 256 over 256 rows: 128 tokens make 16 x 8 = 128 < 132 work items: split
-    assert token_graph_splits(256, 256, 16, 8, 128, 132, "auto")
-    # llama3-8b's group of 4 doubles the packed rows: 256 tokens are 32 x 8 = 256 work items
-    assert not token_graph_splits(256, 256, 32, 8, 128, 132, "auto")
-    # 512 tokens over 320 rows may hold a 193-token sequence: 128-row tiles, 4 x 8 = 32 items
-    assert token_graph_splits(512, 320, 16, 8, 128, 132, "auto")
-    assert token_graph_splits(8192, 320, 16, 8, 128, 132, "always")
-    assert not token_graph_splits(16, 16, 16, 8, 128, 132, "never")
-    with pytest.raises(ValueError, match="always"):
-        token_graph_splits(16, 16, 16, 8, 128, 132, "sometimes")
