@@ -5,31 +5,10 @@ it out). Results: docs/results/step_kernels.md.
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from twinserve.bench.gemm_shapes import time_ms
-
-if TYPE_CHECKING:
-    from twinserve.bench.step_kernels import Recorder
-
-
-def varied_cache(lens: list[int], kv_heads: int, dim: int, page: int, layout: str = "NHD", seed: int = 0):
-    """A paged bf16 cache holding sequences of the given lengths in shuffled pages; ``layout``
-    "NHD" ([pages, page, heads, dim]) or "HND" ([pages, heads, page, dim])."""
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    per = [-(-n // page) for n in lens]
-    pages = sum(per)
-    k = torch.randn(pages, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(pages, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16, generator=g)
-    if layout == "HND":  # the same values, each page's heads outermost
-        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-    perm = torch.randperm(pages, device="cuda", generator=g).to(torch.int32)
-    indptr = torch.tensor([0] + list(itertools.accumulate(per)), dtype=torch.int32, device="cuda")
-    last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, per)], dtype=torch.int32, device="cuda")
-    return k, v, perm, indptr, last
+from twinserve.bench.step_kernels import Recorder, paged_cache
 
 
 def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, decodes: int = 256,
@@ -81,7 +60,7 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
     def one_call(graph: bool, layout: str = "NHD", rows: int = 0, split: bool = True):
         """``rows`` > the step's sequences: pad with empty rows on one scratch page, as the
         engine's token graphs of ``token_graph_rows`` sequences do."""
-        k, v, perm, indptr, last = varied_cache(lens, kv_heads, dim, page, layout)
+        k, v, perm, indptr, last = paged_cache(lens, kv_heads, dim, page, layout)
         pad = max(0, rows - decodes - 1)
         qo_p = torch.cat([qo, qo[-1:].expand(pad)])
         indptr_p = torch.cat([indptr, indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32, device="cuda")])
@@ -92,8 +71,8 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
                disable_split_kv=not split, **common)
         return lambda: w.run(q, (k, v))
 
-    def split(tc: bool, graph: bool, layout: str = "NHD"):
-        k, v, perm, indptr, last = varied_cache(lens, kv_heads, dim, page, layout)
+    def decode_plus_prefill(tc: bool, graph: bool, layout: str = "NHD"):
+        k, v, perm, indptr, last = paged_cache(lens, kv_heads, dim, page, layout)
         d = decode_wrapper(tc, graph, decodes, ws, layout)
         d.plan(indptr[: decodes + 1], perm, last[:decodes], heads, kv_heads, dim, page, **common)
         p = prefill_wrapper(graph, 1, ws2, layout)
@@ -110,7 +89,7 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
         return run
 
     def decode_only(tc: bool, graph: bool, layout: str):
-        k, v, perm, indptr, last = varied_cache(dec_lens, kv_heads, dim, page, layout)
+        k, v, perm, indptr, last = paged_cache(dec_lens, kv_heads, dim, page, layout)
         d = decode_wrapper(tc, graph, decodes, ws, layout)
         d.plan(indptr, perm, last, heads, kv_heads, dim, page, **common)
         return lambda: d.run(q[:decodes], (k, v))
@@ -121,11 +100,11 @@ def mixed_step(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, d
         "one-prefill-call-graph-hnd": ("mixed", lambda: one_call(True, "HND")),
         "one-prefill-call-graph-320-rows": ("mixed", lambda: one_call(True, rows=320)),
         "one-prefill-call-graph-320-rows-nosplit": ("mixed", lambda: one_call(True, rows=320, split=False)),
-        "decode-cc+prefill": ("mixed", lambda: split(False, False)),
-        "decode-tc+prefill": ("mixed", lambda: split(True, False)),
-        "decode-cc+prefill-graph": ("mixed", lambda: split(False, True)),
-        "decode-tc+prefill-graph": ("mixed", lambda: split(True, True)),
-        "decode-tc+prefill-graph-hnd": ("mixed", lambda: split(True, True, "HND")),
+        "decode-cc+prefill": ("mixed", lambda: decode_plus_prefill(False, False)),
+        "decode-tc+prefill": ("mixed", lambda: decode_plus_prefill(True, False)),
+        "decode-cc+prefill-graph": ("mixed", lambda: decode_plus_prefill(False, True)),
+        "decode-tc+prefill-graph": ("mixed", lambda: decode_plus_prefill(True, True)),
+        "decode-tc+prefill-graph-hnd": ("mixed", lambda: decode_plus_prefill(True, True, "HND")),
     }
     for tc in (False, True):
         for graph in (False, True):

@@ -20,6 +20,7 @@ Each variant runs in its own try block: one that fails prints its error and the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from typing import Callable
@@ -40,18 +41,23 @@ class Recorder:
                 f.write(json.dumps(row) + "\n")
 
 
-def paged_cache(batch: int, ctx: int, kv_heads: int, dim: int, page: int, seed: int = 0):
+def paged_cache(lens: list[int], kv_heads: int, dim: int, page: int, layout: str = "NHD", seed: int = 0):
+    """A paged bf16 cache holding sequences of the given lengths in shuffled pages:
+    ``(k, v, page indices, page indptr, last page lengths)``; ``layout`` "NHD" ([pages, page,
+    heads, dim]) or "HND" ([pages, heads, page, dim])."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    per_seq = -(-ctx // page)
-    pages = batch * per_seq
+    per = [-(-n // page) for n in lens]
+    pages = sum(per)
     k = torch.randn(pages, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(pages, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    if layout == "HND":  # the same values, each page's heads outermost
+        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
     perm = torch.randperm(pages, device="cuda", generator=g).to(torch.int32)
-    indptr = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * per_seq
-    last = torch.full((batch,), ctx - (per_seq - 1) * page, dtype=torch.int32, device="cuda")
-    return k, v, perm, indptr, last, per_seq
+    indptr = torch.tensor([0] + list(itertools.accumulate(per)), dtype=torch.int32, device="cuda")
+    last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, per)], dtype=torch.int32, device="cuda")
+    return k, v, perm, indptr, last
 
 
 def decode_attention(rec: Recorder, model: str, heads: int, kv_heads: int, dim: int, batch: int, ctx: int,
@@ -59,7 +65,8 @@ def decode_attention(rec: Recorder, model: str, heads: int, kv_heads: int, dim: 
     import flashinfer
     import torch
 
-    k, v, perm, indptr, last, per_seq = paged_cache(batch, ctx, kv_heads, dim, page)
+    k, v, perm, indptr, last = paged_cache([ctx] * batch, kv_heads, dim, page)
+    per_seq = -(-ctx // page)
     q = torch.randn(batch, heads, dim, device="cuda", dtype=torch.bfloat16)
     kv_bytes = 2 * batch * ctx * kv_heads * dim * 2
     ws = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
@@ -115,7 +122,7 @@ def prefill_attention(rec: Recorder, model: str, heads: int, kv_heads: int, dim:
     import torch
 
     ctx = cached + new
-    k, v, perm, indptr, last, _ = paged_cache(seqs, ctx, kv_heads, dim, page)
+    k, v, perm, indptr, last = paged_cache([ctx] * seqs, kv_heads, dim, page)
     q = torch.randn(seqs * new, heads, dim, device="cuda", dtype=torch.bfloat16)
     qo = torch.arange(seqs + 1, dtype=torch.int32, device="cuda") * new
     ws = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
