@@ -40,7 +40,9 @@ class EngineConfig:
     - ``overlap``: the host schedules step k+1 before step k's tokens are known; None = on for
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
-      ``kernels``: "auto" (same rule), "torch", "flashinfer" for norm/RoPE/SiLU.
+      ``kernels``: "auto" (same rule; "flashinfer_triton" when ``triton_kernels`` is on),
+      "torch", "flashinfer", "flashinfer_triton" (FlashInfer's, with Qwen3's q/k norms and RoPE
+      as one Triton launch) for norm/RoPE/SiLU.
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``fast_plan``: FlashInfer's plans find the longest lengths by one tensor reduction instead
       of a Python scan per element (`engine.attention.host_max`; same plans, less host time).
@@ -51,7 +53,8 @@ class EngineConfig:
       at ``tp_size`` 1.
     - ``prefill_backend``: FlashInfer's kernels for eager prefill and mixed steps, "fa2" or
       "fa3" (Hopper only).
-    - ``triton_kernels``: the KV store and temperature-only sampling as Triton kernels
+    - ``triton_kernels``: the KV store, temperature-only sampling and (``kernels="auto"``) the
+      q/k norm-and-RoPE as Triton kernels
       (`engine.triton`); None = on for CUDA when triton imports, False = torch ops.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).

@@ -20,7 +20,7 @@ from twinserve.engine.attention import ATTENTION, AttentionSpec
 from twinserve.engine.capture_log import CaptureLog
 from twinserve.engine.config import EngineConfig
 from twinserve.engine.kv_pool import KVGeometry, KVPool
-from twinserve.engine.layers.kernels import KERNELS
+from twinserve.engine.layers.kernels import KERNELS, auto_kernels
 from twinserve.engine.layers.linear import kv_head_layout
 from twinserve.engine.layers.parallel import SINGLE, TPGroup
 from twinserve.engine.loader import load_weights
@@ -100,7 +100,8 @@ class RankExecutor:
         torch.manual_seed(cfg.seed)
 
         attn_name = cfg.attention_backend if cfg.attention_backend != "auto" else ("flashinfer" if cuda else "torch")
-        kern_name = cfg.kernels if cfg.kernels != "auto" else ("flashinfer" if attn_name == "flashinfer" else "torch")
+        fused = cfg.uses_triton_kernels(cuda)
+        kern_name = cfg.kernels if cfg.kernels != "auto" else auto_kernels(attn_name, fused)
         self.model = build_model(mc, KERNELS.create(kern_name), self.dtype, self.device, tp=tp,
                                  max_positions=self.max_model_len + 1)
         load_weights(self.model, cfg.model, cfg.load_format, cfg.seed)
@@ -115,7 +116,6 @@ class RankExecutor:
             geom0, self.device, cfg.mem_fraction,
             activation_reserve(mc, max_tokens, cfg.max_graph_bs, self.dtype, tp.size), cfg.cpu_kv_tokens)
         num_pages = agree_pages(int(local_pages))
-        fused = cfg.uses_triton_kernels(cuda)
         graphs = cfg.cuda_graphs and cuda and (tp.size == 1 or cfg.tp_cuda_graphs)
         self.sched_config: SchedulerConfig = cfg.scheduler_config(num_pages, self.max_model_len)
         spec_cfg = SpecConfig.of(cfg.spec)

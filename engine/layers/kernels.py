@@ -40,6 +40,19 @@ class Kernels(Protocol):
     def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
              cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
+    def qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
+                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor) -> None: ...
+
+
+def norm_then_rope(kernels: Kernels, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                   q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float, head_dim: int,
+                   cos_sin: torch.Tensor) -> None:
+    """``qk_norm_rope`` as three calls of ``kernels``: the norms of q's and k's heads, then RoPE."""
+    t = q.shape[0]
+    kernels.rms_norm_(q.view(t, -1, head_dim), q_weight, eps)
+    kernels.rms_norm_(k.view(t, -1, head_dim), k_weight, eps)
+    kernels.rope(positions, q, k, head_dim, cos_sin)
+
 
 KERNELS: Registry[Kernels] = Registry("kernels")
 
@@ -77,6 +90,10 @@ class TorchKernels:
         k.copy_(self._rotate(k, cos, sin, head_dim))
         return q, k
 
+    def qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
+                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor) -> None:
+        norm_then_rope(self, positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin)
+
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
         t = x.shape[0]
@@ -86,10 +103,19 @@ class TorchKernels:
         return (xh * cos + rot * sin).reshape(t, -1)
 
 
-KERNELS.register("flashinfer")(lambda: _flashinfer_kernels())
+KERNELS.register("flashinfer")(lambda: _flashinfer_kernels(fused_qk=False))
+KERNELS.register("flashinfer_triton")(lambda: _flashinfer_kernels(fused_qk=True))
 
 
-def _flashinfer_kernels() -> Kernels:
+def auto_kernels(attention: str, triton: bool) -> str:
+    """The kernels ``kernels="auto"`` picks: FlashInfer's beside FlashInfer attention (with the
+    Triton q/k norm-and-RoPE when the engine runs Triton kernels), else torch's."""
+    if attention != "flashinfer":
+        return "torch"
+    return "flashinfer_triton" if triton else "flashinfer"
+
+
+def _flashinfer_kernels(fused_qk: bool) -> Kernels:
     from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
 
-    return FlashInferKernels()
+    return FlashInferKernels(fused_qk=fused_qk)

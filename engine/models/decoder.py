@@ -58,14 +58,14 @@ class Attention(nn.Module):
     def project(self, x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused [T, q+k+v] projection with q/k normed and rotated in place (into ``out`` if
         given: a [T, q+k+v] buffer, as the piecewise CUDA graphs use)."""
-        t = x.shape[0]
         d = self.head_dim
         qkv = self.qkv_proj(x, out=out)
         q, k, _ = qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
         if self.q_norm is not None:
-            self.q_norm.inplace(q.view(t, -1, d))
-            self.k_norm.inplace(k.view(t, -1, d))
-        self.kernels.rope(positions, q, k, d, self.rope)
+            self.kernels.qk_norm_rope(positions, q, k, self.q_norm.weight, self.k_norm.weight,
+                                      self.q_norm.eps, d, self.rope)
+        else:
+            self.kernels.rope(positions, q, k, d, self.rope)
         return qkv
 
     def heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -53,3 +53,12 @@ def test_prefill_logits_match_transformers(shape, tiny_model_dir, hf_model):
     err = max((ours_a - ref_a).abs().max().item(), (ours_b - ref_b).abs().max().item())
     assert err <= ATOL, f"{shape}: max |Δlogit| = {err:.2e}"
     assert ref_a.std().item() > 0.05  # the comparison is not between two near-zero tensors
+
+
+def test_auto_kernels_pick_the_triton_qk_kernel_only_beside_flashinfer_with_triton_on():
+    from twinserve.engine.layers.kernels import KERNELS, auto_kernels
+
+    assert auto_kernels("flashinfer", triton=True) == "flashinfer_triton"
+    assert auto_kernels("flashinfer", triton=False) == "flashinfer"
+    assert auto_kernels("torch", triton=True) == "torch"
+    assert {"torch", "flashinfer", "flashinfer_triton"} <= set(KERNELS.names())

@@ -69,5 +69,55 @@ def test_engine_greedy_tokens_are_the_same_with_and_without_triton_kernels(tiny_
         llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=512, max_graph_bs=16, triton_kernels=fused,
                   scheduler={"chunk_size": 64, "max_num_batched_tokens": 96})
         assert (llm.engine.pool._store is not None) == fused
+        kernels = llm.engine.model.model.layers[0].self_attn.kernels
+        assert kernels.name == ("flashinfer_triton" if fused else "flashinfer")
         outs[fused] = [o.token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
     assert outs[True] == outs[False]
+
+
+@pytest.mark.parametrize("heads", [(16, 8), (32, 8), (8, 4)])
+@pytest.mark.parametrize("t", [1, 5, 320])
+def test_fused_qk_norm_rope_matches_flashinfers_three_kernels(heads, t):
+    pytest.importorskip("flashinfer")
+    from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
+    from twinserve.engine.layers.rotary import cos_sin_cache
+
+    nq, nk, d = heads[0], heads[1], 128
+    cos_sin = cos_sin_cache(1_000_000.0, d, 4096, None).cuda()
+    qw = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
+    kw = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
+    positions = torch.randint(0, 4096, (t,), device="cuda", dtype=torch.int32)
+    qkv = 3 * torch.randn(t, (nq + 2 * nk) * d, device="cuda", dtype=torch.bfloat16)
+    out = {}
+    for fused in (False, True):
+        x = qkv.clone()
+        q, k, v = x.split([nq * d, nk * d, nk * d], dim=-1)
+        FlashInferKernels(fused_qk=fused).qk_norm_rope(positions, q, k, qw, kw, 1e-6, d, cos_sin)
+        assert torch.equal(v, qkv[:, (nq + nk) * d:])  # v untouched
+        out[fused] = x
+    diff = (out[True].float() - out[False].float()).abs()
+    assert not torch.equal(out[False], qkv)  # the reference did change q and k
+    # a bf16 rounding step or two apart at most (the norm's rounding carried through the
+    # rotation), and only where float sums round differently
+    tol = out[False].float().abs().clamp_min(1.0) * 2.0 ** -6
+    assert bool((diff <= tol).all()), float((diff / tol).max())
+    assert float((diff > 0).float().mean()) < 0.01
+
+
+def test_fused_qk_norm_rope_falls_back_where_q_and_k_are_not_adjacent():
+    pytest.importorskip("flashinfer")
+    from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
+    from twinserve.engine.layers.rotary import cos_sin_cache
+    from twinserve.engine.triton.qk_norm_rope import adjacent_heads
+
+    d, t = 128, 4
+    cos_sin = cos_sin_cache(10_000.0, d, 64, None).cuda()
+    w = torch.ones(d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(t, 2 * d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(t, d, device="cuda", dtype=torch.bfloat16)
+    assert not adjacent_heads(q, k, d)
+    pos = torch.arange(t, device="cuda")
+    a, b = (q.clone(), k.clone()), (q.clone(), k.clone())
+    FlashInferKernels(fused_qk=True).qk_norm_rope(pos, *a, w, w, 1e-6, d, cos_sin)
+    FlashInferKernels(fused_qk=False).qk_norm_rope(pos, *b, w, w, 1e-6, d, cos_sin)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
