@@ -12,8 +12,8 @@ class RMSNorm(nn.Module):
     """``y = x / rms(x) * weight`` over the last dimension (replicated on every TP rank).
 
     ``forward(x)`` returns the normalized tensor; ``forward(x, residual)`` first adds ``x`` to the
-    residual stream and returns ``(norm(x + residual), x + residual)``. ``inplace(x)`` normalizes
-    ``x`` where it lies (a strided view is fine) and returns it.
+    residual stream and returns ``(norm(x + residual), x + residual)``. Its ``weight`` and ``eps``
+    also serve `Kernels.qk_norm_rope` (Qwen3's per-head norms, done in place with RoPE).
     """
 
     def __init__(self, dim: int, eps: float, kernels: Kernels, dtype: torch.dtype | None = None) -> None:
@@ -26,6 +26,3 @@ class RMSNorm(nn.Module):
         if residual is None:
             return self.kernels.rms_norm(x, self.weight, self.eps)
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
-
-    def inplace(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernels.rms_norm_(x, self.weight, self.eps)
