@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|" + ("---|" if a.vs else ""))
     for seed in a.seeds:
         w = recipe_work(shape, seed)
-        kv_s, gemm_s = w.kv_s(a.kv_tb_s), w.gemm_s(a.gemm_tflops)
-        ceil = w.output_tokens / (kv_s + gemm_s)
+        floor = w.floor_s(a.kv_tb_s, a.gemm_tflops)
+        ceil = w.output_tokens / floor
         print(f"| {seed} | {w.output_tokens:,} | {w.kv_bytes / 1e12:.2f} | {w.gemm_flops / 1e15:.2f} | "
-              f"{kv_s:.2f} | {gemm_s:.2f} | {kv_s + gemm_s:.2f} | {ceil:,.0f} |"
+              f"{w.kv_s(a.kv_tb_s):.2f} | {w.gemm_s(a.gemm_tflops):.2f} | {floor:.2f} | {ceil:,.0f} |"
               + (f" {ceil / a.vs:.2f}x |" if a.vs else ""))
 
 
