@@ -15,6 +15,12 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
 ]
 
+from twinserve.core.model_shapes import ModelShape  # noqa: E402
+
+# a tiny Qwen3 (q/k norms, GQA group 2, head_dim 128): the path the Triton kernels serve
+QWEN3 = ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
+                   rope_theta=1e6, max_position_embeddings=4096)
+
 
 def test_triton_kv_store_writes_what_index_copy_writes():
     from twinserve.engine.kv_pool import KVGeometry, KVPool
@@ -55,14 +61,12 @@ def test_gumbel_argmax_samples_softmax_and_greedy_rows_take_the_argmax():
 
 
 def test_engine_greedy_tokens_are_the_same_with_and_without_triton_kernels(tiny_model_dir):
-    from twinserve.core.model_shapes import ModelShape
     from twinserve.core.sampling import SamplingParams
     from twinserve.engine.llm import LLM
     from twinserve.engine.testing import random_prompts
 
     greedy = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
-    d = tiny_model_dir(ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                                  rope_theta=1e6, max_position_embeddings=4096))
+    d = tiny_model_dir(QWEN3)
     prompts = random_prompts((5, 17, 40, 63, 100, 300), seed=4)
     outs = {}
     for fused in (False, True):
@@ -125,11 +129,9 @@ def test_fused_qk_norm_rope_falls_back_where_q_and_k_are_not_adjacent():
 
 
 def test_auto_kernels_on_cuda_run_the_fused_qk_kernel(tiny_model_dir):
-    from twinserve.core.model_shapes import ModelShape
     from twinserve.engine.llm import LLM
 
-    d = tiny_model_dir(ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                                  rope_theta=1e6, max_position_embeddings=4096))
+    d = tiny_model_dir(QWEN3)
     for triton_on, name in ((True, "flashinfer_triton"), (False, "flashinfer")):
         llm = LLM(str(d), device="cuda", dtype="bfloat16", num_pages=64, cuda_graphs=False, triton_kernels=triton_on)
         assert llm.engine.model.model.layers[0].self_attn.kernels.name == name
