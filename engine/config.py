@@ -41,8 +41,8 @@ class EngineConfig:
       CUDA, off on CPU (True on CPU exercises the same placeholder path, for tests).
     - ``attention_backend``: "auto" (flashinfer on CUDA, torch on CPU), "torch", "flashinfer";
       ``kernels``: "auto" (same rule; "flashinfer_triton" when ``triton_kernels`` is on),
-      "torch", "flashinfer", "flashinfer_triton" (FlashInfer's, with Qwen3's q/k norms and RoPE
-      as one Triton launch) for norm/RoPE/SiLU.
+      "torch", "flashinfer", "flashinfer_triton" (FlashInfer's, with q/k RoPE, Qwen3's q/k norms
+      and the KV store as one Triton launch) for norm/RoPE/SiLU.
     - ``decode_tensor_cores``: FlashInfer decode on tensor cores; None = when the GQA group >= 4.
     - ``fast_plan``: FlashInfer's plans find the longest lengths by one tensor reduction instead
       of a Python scan per element (`engine.attention.host_max`; same plans, less host time).

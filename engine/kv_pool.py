@@ -76,6 +76,10 @@ class KVPool:
     def v(self, layer: int) -> torch.Tensor:
         return self.buffer[layer, 1]
 
+    def flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s keys and values as contiguous ``[slots, heads, dim]`` (flat slot ids)."""
+        return self._k_flat[layer], self._v_flat[layer]
+
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new keys/values ``[T, heads, dim]`` at flat ``slots`` [T] (int64, on device).
         When ``v`` lies right after ``k`` in one buffer with the same strides (the k and v parts
@@ -94,6 +98,26 @@ class KVPool:
 
     def nbytes(self) -> int:
         return self.buffer.numel() * self.buffer.element_size()
+
+
+@dataclass(frozen=True)
+class KVWrite:
+    """Where one layer's new keys and values go: the rotated k that a RoPE kernel is given and
+    ``v`` (both [T, Hk*D], rows of a fused QKV output) belong at flat ``slots`` [T] (int64, on the
+    device) of ``pool``'s ``layer``. Kernels that can store them in the RoPE launch read `caches`;
+    the others call `write` after rotating."""
+
+    pool: KVPool
+    layer: int
+    slots: torch.Tensor
+    v: torch.Tensor
+
+    def caches(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pool.flat(self.layer)
+
+    def write(self, k: torch.Tensor) -> None:
+        t, d = k.shape[0], self.pool.geom.head_dim
+        self.pool.write(self.layer, self.slots, k.view(t, -1, d), self.v.view(t, -1, d))
 
 
 def _adjacent_pair(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:

@@ -74,8 +74,8 @@ class AttentionBackend(Protocol):
     """Paged attention over a ``KVPool``.
 
     Contract: ``plan(inputs)`` is called once per step before the forward; then for every layer
-    ``forward(layer, q, k, v, slots)`` first stores ``k``/``v`` [T, Hk, D] at the flat pool
-    ``slots`` [T], then returns the causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over
+    ``forward(layer, q, k, v, slots)`` first stores ``k``/``v`` [T, Hk, D] at the flat ``pool``
+    ``slots`` [T] (``slots=None``: the layer's kernels stored them already), then returns the causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over
     each row's pages, into ``out`` [T, Hq, D] when given (the piecewise CUDA graphs' buffer).
     Backends with ``supports_cuda_graphs`` also implement
     the decode-graph hooks ``init_graphs``/``plan_graph`` and the token-graph hooks
@@ -85,11 +85,12 @@ class AttentionBackend(Protocol):
 
     name: str
     supports_cuda_graphs: bool
+    pool: KVPool
 
     def plan(self, inputs: AttentionInputs) -> None: ...
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
+                slots: torch.Tensor | None, out: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

@@ -172,8 +172,9 @@ class FlashInferAttention:
 
     # ---- running -------------------------------------------------------------------------
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        self.pool.write(layer, slots, k, v)
+                slots: torch.Tensor | None, out: torch.Tensor | None = None) -> torch.Tensor:
+        if slots is not None:
+            self.pool.write(layer, slots, k, v)
         # q may be a strided view (the kernels read its row and head strides); the prefill
         # wrapper would zero-fill an output of its own (one more kernel launch per layer)
         if out is None and self._active_prefill:

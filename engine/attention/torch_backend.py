@@ -36,8 +36,9 @@ class TorchAttention:
         self._rows = rows
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        self.pool.write(layer, slots, k, v)
+                slots: torch.Tensor | None, out: torch.Tensor | None = None) -> torch.Tensor:
+        if slots is not None:
+            self.pool.write(layer, slots, k, v)
         kc, vc = self.pool.k(layer), self.pool.v(layer)
         out = torch.empty_like(q) if out is None else out
         hq, hk, d = q.shape[1], kc.shape[2], q.shape[2]

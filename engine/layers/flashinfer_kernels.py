@@ -1,11 +1,17 @@
 """FlashInfer's fused CUDA kernels for RMSNorm, residual-add + RMSNorm, SiLU-and-mul and RoPE;
-optionally the Triton kernel that norms q's and k's heads and rotates them in one launch."""
+optionally the Triton kernel that norms q's and k's heads, rotates them and stores k and v in one
+launch."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
 from twinserve.engine.layers.kernels import norm_then_rope
+
+if TYPE_CHECKING:
+    from twinserve.engine.kv_pool import KVWrite
 
 
 class FlashInferKernels:
@@ -15,8 +21,10 @@ class FlashInferKernels:
     semantics), which the layers allow: the inputs are temporaries of the current forward.
     ``rms_norm_`` takes [T, H, D] head views with any row/head strides (FlashInfer's QK-norm
     kernel, one warp per head row), so a fused QKV output is normalized where it lies.
-    ``fused_qk``: ``qk_norm_rope`` runs `engine.triton.qk_norm_rope` (one launch instead of three)
-    where q and k are adjacent slices of one fused QKV output, else FlashInfer's three kernels.
+    ``fused_qk``: `engine.triton.rope_store` runs ``qk_norm_rope`` (one launch instead of three) and
+    ``rope`` given a store (``stores_kv``; one launch instead of two) where q, k and v are adjacent
+    slices of one fused QKV output of the cache's dtype, else FlashInfer's kernels and the pool's
+    write.
     """
 
     def __init__(self, fused_qk: bool = False) -> None:
@@ -30,11 +38,12 @@ class FlashInferKernels:
         self._silu_and_mul = silu_and_mul
         self._rope = apply_rope_with_cos_sin_cache_inplace
         self.name = "flashinfer_triton" if fused_qk else "flashinfer"
-        self._fused_qk = None
+        self.stores_kv = fused_qk
+        self._fused = None
         if fused_qk:
-            from twinserve.engine.triton.qk_norm_rope import adjacent_heads, qk_norm_rope
+            from twinserve.engine.triton.rope_store import adjacent_heads, rope_store
 
-            self._fused_qk, self._adjacent = qk_norm_rope, adjacent_heads
+            self._fused, self._adjacent = rope_store, adjacent_heads
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         shape = x.shape
@@ -53,13 +62,31 @@ class FlashInferKernels:
         return self._silu_and_mul(x)
 
     def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self._rope(positions, q, k, head_dim, cos_sin, True)
+             cos_sin: torch.Tensor, kv: KVWrite | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if kv is None or not self._one_launch(positions, q, k, head_dim, cos_sin, None, kv):
+            self._rope(positions, q, k, head_dim, cos_sin, True)
+            if kv is not None:
+                kv.write(k)
         return q, k
 
     def qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
-                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor) -> None:
-        if self._fused_qk is not None and self._adjacent(q, k, head_dim):
-            self._fused_qk(positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin)
-        else:
-            norm_then_rope(self, positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin)
+                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor,
+                     kv: KVWrite | None = None) -> None:
+        if not self._one_launch(positions, q, k, head_dim, cos_sin, (q_weight, k_weight, eps), kv):
+            norm_then_rope(self, positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin, kv)
+
+    def _one_launch(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
+                    cos_sin: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float] | None,
+                    kv: KVWrite | None) -> bool:
+        """Run the Triton kernel if it can serve these tensors; False (nothing done) if not."""
+        if self._fused is None or not self._adjacent(q, k, head_dim):
+            return False
+        store = None
+        if kv is not None:
+            kc, vc = kv.caches()
+            if (kc.dtype != k.dtype or kc.shape[1] * kc.shape[2] != k.shape[1] or kv.v.shape != k.shape
+                    or not self._adjacent(k, kv.v, head_dim)):
+                return False
+            store = (kc, vc, kv.slots)
+        self._fused(positions, q, k, head_dim, cos_sin, norm=norm, store=store)
+        return True

@@ -6,12 +6,15 @@ them on CUDA. A model receives one kernels object at construction; layers never 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from twinserve.core.registry import Registry
+
+if TYPE_CHECKING:
+    from twinserve.engine.kv_pool import KVWrite
 
 
 class Kernels(Protocol):
@@ -23,10 +26,14 @@ class Kernels(Protocol):
     [T, Hq*D] and ``k`` [T, Hk*D] (NeoX layout: first half / second
     half of each head) at ``positions`` using ``cos_sin`` [max_pos, D] (float32; cos in the first
     half, sin in the second) in place (both may be strided views of a fused QKV output) and
-    returns them.
+    returns them. ``qk_norm_rope`` norms every head of ``q`` and ``k`` (``rms_norm_``) and then
+    rotates them (``rope``). Given ``kv`` (a `KVWrite`), both also store the rotated ``k`` and
+    ``kv.v`` at ``kv.slots``; ``stores_kv`` says whether they do it in the same launch, which is
+    when the layers hand them the store instead of the attention backend.
     """
 
     name: str
+    stores_kv: bool
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
 
@@ -38,20 +45,22 @@ class Kernels(Protocol):
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor: ...
 
     def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+             cos_sin: torch.Tensor, kv: KVWrite | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
-                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor) -> None: ...
+                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor,
+                     kv: KVWrite | None = None) -> None: ...
 
 
 def norm_then_rope(kernels: Kernels, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                    q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float, head_dim: int,
-                   cos_sin: torch.Tensor) -> None:
-    """``qk_norm_rope`` as three calls of ``kernels``: the norms of q's and k's heads, then RoPE."""
+                   cos_sin: torch.Tensor, kv: KVWrite | None = None) -> None:
+    """``qk_norm_rope`` as separate calls of ``kernels``: the norms of q's and k's heads, RoPE,
+    then the store, if any."""
     t = q.shape[0]
     kernels.rms_norm_(q.view(t, -1, head_dim), q_weight, eps)
     kernels.rms_norm_(k.view(t, -1, head_dim), k_weight, eps)
-    kernels.rope(positions, q, k, head_dim, cos_sin)
+    kernels.rope(positions, q, k, head_dim, cos_sin, kv)
 
 
 KERNELS: Registry[Kernels] = Registry("kernels")
@@ -62,6 +71,7 @@ class TorchKernels:
     """Reference kernels in plain torch; match transformers' formulas (float32 inside)."""
 
     name = "torch"
+    stores_kv = False
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         xf = x.float()
@@ -81,18 +91,21 @@ class TorchKernels:
         return F.silu(x[..., :d]) * x[..., d:]
 
     def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+             cos_sin: torch.Tensor, kv: KVWrite | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cs = cos_sin.index_select(0, positions)
         half = cs.shape[-1] // 2
         cos = torch.cat([cs[:, :half], cs[:, :half]], dim=-1).unsqueeze(1).to(q.dtype)
         sin = torch.cat([cs[:, half:], cs[:, half:]], dim=-1).unsqueeze(1).to(q.dtype)
         q.copy_(self._rotate(q, cos, sin, head_dim))
         k.copy_(self._rotate(k, cos, sin, head_dim))
+        if kv is not None:
+            kv.write(k)
         return q, k
 
     def qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
-                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor) -> None:
-        norm_then_rope(self, positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin)
+                     k_weight: torch.Tensor, eps: float, head_dim: int, cos_sin: torch.Tensor,
+                     kv: KVWrite | None = None) -> None:
+        norm_then_rope(self, positions, q, k, q_weight, k_weight, eps, head_dim, cos_sin, kv)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -109,7 +122,8 @@ KERNELS.register("flashinfer_triton")(lambda: _flashinfer_kernels(fused_qk=True)
 
 def auto_kernels(attention: str, triton: bool) -> str:
     """The kernels ``kernels="auto"`` picks: FlashInfer's beside FlashInfer attention (with the
-    Triton q/k norm-and-RoPE when the engine runs Triton kernels), else torch's."""
+    Triton q/k norm, RoPE and KV store in one launch when the engine runs Triton kernels), else
+    torch's."""
     if attention != "flashinfer":
         return "torch"
     return "flashinfer_triton" if triton else "flashinfer"

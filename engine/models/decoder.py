@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from twinserve.engine.attention.base import AttentionBackend
+from twinserve.engine.kv_pool import KVPool, KVWrite
 from twinserve.engine.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from twinserve.engine.layers.kernels import Kernels
 from twinserve.engine.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
@@ -32,9 +33,9 @@ class Attention(nn.Module):
     """Fused-QKV self-attention: optional per-head q/k RMSNorm (Qwen3), RoPE, paged attention.
 
     The layer runs it in three parts so the attention call can sit between two CUDA graphs:
-    ``project`` (fused QKV, norms and RoPE in place), ``heads`` (q, k, v as views of that one
-    tensor: the KV pool writes the adjacent k and v with one copy, `KVPool.write`), then the
-    backend's attention and ``o_proj``.
+    ``project`` (fused QKV, norms and RoPE in place, and the KV store when given one), ``heads``
+    (q, k, v as views of that one tensor: the KV pool writes the adjacent k and v with one copy,
+    `KVPool.write`), then the backend's attention and ``o_proj``.
     """
 
     def __init__(self, cfg: ModelConfig, layer_id: int, tp: TPGroup, kernels: Kernels,
@@ -55,17 +56,20 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.rope = rope
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def project(self, x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None,
+                kv_at: tuple[KVPool, torch.Tensor] | None = None) -> torch.Tensor:
         """The fused [T, q+k+v] projection with q/k normed and rotated in place (into ``out`` if
-        given: a [T, q+k+v] buffer, as the piecewise CUDA graphs use)."""
+        given: a [T, q+k+v] buffer, as the piecewise CUDA graphs use); with ``kv_at`` = ``(pool,
+        slots)`` the rotated k and v are also stored at the flat ``slots`` [T] of this layer."""
         d = self.head_dim
         qkv = self.qkv_proj(x, out=out)
-        q, k, _ = qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+        q, k, v = qkv.split([self.q_local, self.kv_local, self.kv_local], dim=-1)
+        kv = None if kv_at is None else KVWrite(kv_at[0], self.layer_id, kv_at[1], v)
         if self.q_norm is not None:
             self.kernels.qk_norm_rope(positions, q, k, self.q_norm.weight, self.k_norm.weight,
-                                      self.q_norm.eps, d, self.rope)
+                                      self.q_norm.eps, d, self.rope, kv)
         else:
-            self.kernels.rope(positions, q, k, d, self.rope)
+            self.kernels.rope(positions, q, k, d, self.rope, kv)
         return qkv
 
     def heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -105,14 +109,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, kernels, dtype)
 
     def pre(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
-            qkv_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            qkv_out: torch.Tensor | None = None,
+            kv_at: tuple[KVPool, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The half before attention: ``(fused qkv, residual)`` (see `Attention.project`)."""
         if residual is None:
             residual = x
             h = self.input_layernorm(x)
         else:
             h, residual = self.input_layernorm(x, residual)
-        return self.self_attn.project(h, positions, out=qkv_out), residual
+        return self.self_attn.project(h, positions, out=qkv_out, kv_at=kv_at), residual
 
     def post(self, o: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The half after attention: o [T, q] -> ``(mlp output, residual)``."""
@@ -120,9 +125,11 @@ class DecoderLayer(nn.Module):
         return self.mlp(h), residual
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, ctx: ForwardContext):
-        qkv, residual = self.pre(x, residual, ctx.positions)
+        # kernels that store k and v in their RoPE launch take the store from the backend
+        fused = self.self_attn.kernels.stores_kv
+        qkv, residual = self.pre(x, residual, ctx.positions, kv_at=(ctx.attn.pool, ctx.slots) if fused else None)
         q, k, v = self.self_attn.heads(qkv)
-        o = ctx.attn.forward(self.self_attn.layer_id, q, k, v, ctx.slots)
+        o = ctx.attn.forward(self.self_attn.layer_id, q, k, v, None if fused else ctx.slots)
         return self.post(o.reshape(x.shape[0], -1), residual)
 
 

@@ -62,3 +62,38 @@ def test_auto_kernels_pick_the_triton_qk_kernel_only_beside_flashinfer_with_trit
     assert auto_kernels("flashinfer", triton=False) == "flashinfer"
     assert auto_kernels("torch", triton=True) == "torch"
     assert {"torch", "flashinfer", "flashinfer_triton"} <= set(KERNELS.names())
+
+
+class _StoringKernels(TorchKernels):
+    """The torch kernels, declared to store k and v in their RoPE call (as the Triton one does)."""
+
+    stores_kv = True
+
+
+class _NoStoreAttention(TorchAttention):
+    """Fails if the layers still hand it the store."""
+
+    def forward(self, layer, q, k, v, slots, out=None):
+        assert slots is None
+        return super().forward(layer, q, k, v, slots, out)
+
+
+@pytest.mark.parametrize("shape", FAMILIES)
+def test_kernels_that_store_kv_in_rope_give_the_backend_store_s_logits_and_pool(shape, tiny_model_dir):
+    d = tiny_model_dir(shape)
+    mc = ModelConfig.from_dir(d)
+    a, b = random_prompts([37, 11], seed=7)
+    results = []
+    for kernels, backend in ((TorchKernels(), TorchAttention), (_StoringKernels(), _NoStoreAttention)):
+        model = build_model(mc, kernels, torch.float32, torch.device("cpu"))
+        load_weights(model, d)
+        pool = KVPool(KVGeometry(mc.num_layers, 64, PAGE, mc.num_kv_heads, mc.head_dim, torch.float32), "cpu")
+        attn = backend(AttentionSpec(mc.num_heads, mc.num_kv_heads, mc.head_dim, torch.float32, pool, 64))
+        with torch.inference_mode():
+            first = _run_step(model, attn, [(a[:20], 0, [5, 2, 9, 7, 30, 31, 12, 13, 14, 15])])
+            both = _run_step(model, attn, [(a[20:], 20, [5, 2, 9, 7, 30, 31, 12, 13, 14, 15]), (b, 0, [40, 41, 42])])
+        results.append((torch.cat([first, both]), pool.buffer.clone()))
+    (logits, buf), (logits_fused, buf_fused) = results
+    assert buf.abs().sum() > 0
+    assert torch.equal(buf, buf_fused)
+    assert torch.equal(logits, logits_fused)

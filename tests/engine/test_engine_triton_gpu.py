@@ -109,11 +109,52 @@ def test_fused_qk_norm_rope_matches_flashinfers_three_kernels(heads, t):
     assert float((diff > 0).float().mean()) < 0.01
 
 
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("t", [1, 5, 320])
+def test_rope_with_the_kv_store_in_one_launch_stores_what_the_pool_write_stores(norm, t):
+    pytest.importorskip("flashinfer")
+    from twinserve.engine.kv_pool import KVGeometry, KVPool, KVWrite
+    from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
+    from twinserve.engine.layers.rotary import cos_sin_cache
+
+    class _NoFallback(KVWrite):
+        def write(self, k):
+            raise AssertionError("the fused kernel should have stored k and v")
+
+    nq, nk, d = (16, 8, 128) if norm else (32, 8, 128)  # qwen3-0.6b's and llama3-8b's heads
+    cos_sin = cos_sin_cache(1_000_000.0, d, 4096, None).cuda()
+    w = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
+    positions = torch.randint(0, 4096, (t,), device="cuda")
+    slots = torch.randperm(40 * 16, device="cuda")[:t]
+    qkv = 3 * torch.randn(t, (nq + 2 * nk) * d, device="cuda", dtype=torch.bfloat16)
+    geom = KVGeometry(num_layers=2, num_pages=40, page_size=16, num_kv_heads=nk, head_dim=d, dtype=torch.bfloat16)
+    out = {}
+    for fused in (False, True):
+        pool, x = KVPool(geom, "cuda"), qkv.clone()
+        q, k, v = x.split([nq * d, nk * d, nk * d], dim=-1)
+        kv = (_NoFallback if fused else KVWrite)(pool, 1, slots, v)
+        kernels = FlashInferKernels(fused_qk=fused)
+        if norm:
+            kernels.qk_norm_rope(positions, q, k, w, w, 1e-6, d, cos_sin, kv)
+        else:
+            kernels.rope(positions, q, k, d, cos_sin, kv)
+        kc, vc = pool.flat(1)
+        assert torch.equal(kc[slots], k.view(t, nk, d)) and torch.equal(vc[slots], v.view(t, nk, d))
+        assert torch.equal(v, qkv[:, (nq + nk) * d:])
+        assert pool.buffer[0].abs().sum() == 0  # the other layer untouched
+        out[fused] = x
+    assert not torch.equal(out[False], qkv)
+    diff = (out[True].float() - out[False].float()).abs()
+    tol = out[False].float().abs().clamp_min(1.0) * 2.0 ** -6
+    assert bool((diff <= tol).all()), float((diff / tol).max())
+    assert float((diff > 0).float().mean()) < 0.01
+
+
 def test_fused_qk_norm_rope_falls_back_where_q_and_k_are_not_adjacent():
     pytest.importorskip("flashinfer")
     from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
     from twinserve.engine.layers.rotary import cos_sin_cache
-    from twinserve.engine.triton.qk_norm_rope import adjacent_heads
+    from twinserve.engine.triton.rope_store import adjacent_heads
 
     d, t = 128, 4
     cos_sin = cos_sin_cache(10_000.0, d, 64, None).cuda()
