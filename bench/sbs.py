@@ -12,7 +12,8 @@ seeds are the same for both engines and new for every run (no run can hit a pref
 cached). ``--profile`` adds, in the last pass, one run of each engine under torch.profiler and a
 table of CUDA kernel time by family (`bench.kernel_families`), idle gaps included.
 ``--variant NAME:key=value,...`` adds a twinserve engine with EngineConfig overrides
-(``scheduler.key`` for scheduler fields). A shape name's config and tokenizer go to the
+(``scheduler.key`` for scheduler fields; ``env.VAR=value`` sets an environment variable of that
+engine's process instead). A shape name's config and tokenizer go to the
 temporary folder. Writes ``OUT/sbs.md`` (the tables), ``OUT/runs.csv``
 (one row per timed run) and ``OUT/profile-ENGINE.json``.
 """
@@ -36,18 +37,22 @@ from twinserve.bench.kernel_families import Profile, family_table, top_kernels
 
 @dataclass
 class EngineSpec:
-    """One contender: a label, the worker's engine kind and its override arguments."""
+    """One contender: a label, the worker's engine kind, its override arguments and the
+    environment variables its process gets (besides this one's)."""
 
     label: str
     kind: str
     sets: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def parse_variant(text: str) -> EngineSpec:
     name, _, rest = text.partition(":")
     if not name or not rest:
         raise SystemExit(f"--variant wants NAME:key=value[,key=value...], got {text!r}")
-    return EngineSpec(name, "tw", [kv for kv in rest.split(",") if kv])
+    pairs = [kv for kv in rest.split(",") if kv]
+    env = dict(kv[len("env."):].split("=", 1) for kv in pairs if kv.startswith("env.") and "=" in kv)
+    return EngineSpec(name, "tw", [kv for kv in pairs if not kv.startswith("env.")], env)
 
 
 def model_dir(model: str, out: Path) -> str:
@@ -76,7 +81,8 @@ def run_worker(spec: EngineSpec, args: argparse.Namespace, mdir: str, seeds: lis
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
         try:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=args.worker_timeout_s)
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=args.worker_timeout_s,
+                               env={**os.environ, **spec.env})
             out, rc = p.stdout, p.returncode
         except subprocess.TimeoutExpired as e:
             out, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"

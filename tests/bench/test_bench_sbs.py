@@ -75,3 +75,12 @@ def test_twinserve_worker_runs_on_cpu(tmp_path, capsys):
     run = [r for r in rows if r["event"] == "run"][0]
     assert run["generated_tokens"] == run["requested_tokens"] == recipe(3, n=3, lo=4, hi=8, vocab=1023).output_tokens
     assert run["prefill_steps"] >= 1 and run["preemptions"] == 0
+
+
+def test_a_variant_splits_engine_overrides_from_environment_variables():
+    from twinserve.bench.sbs import parse_variant
+
+    spec = parse_variant("nopdl:kernels=flashinfer,env.TWINSERVE_TRITON_PDL=0,scheduler.max_running=8")
+    assert spec.label == "nopdl" and spec.kind == "tw"
+    assert spec.sets == ["kernels=flashinfer", "scheduler.max_running=8"]
+    assert spec.env == {"TWINSERVE_TRITON_PDL": "0"}
