@@ -8,7 +8,7 @@ matches (case-insensitive), so the same rules read both engines' kernels.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # (family, pattern), first match wins; order matters (an attention kernel named "...prefill..."
 # must not fall to "copies" through "kv", a fused norm+add to "norm", ...).
@@ -27,6 +27,9 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 _COMPILED = tuple((f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES)
 FAMILY_ORDER = ("gemm", "attention (prefill kernel)", "attention (decode kernel)", "norm", "rope", "activation",
                 "sampling", "copies", "other")
+# idle gaps by length: launch latency between kernels queued back to back (a graph replay's),
+# short stalls, and the host's (a step launched after the device ran dry)
+GAP_BUCKETS: tuple[tuple[str, float], ...] = (("under 5 us", 5e-6), ("5-50 us", 50e-6), ("over 50 us", float("inf")))
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,15 @@ class KernelTime:
 class Profile:
     """One engine's profiled run: its kernels, the span from the first kernel's start to the
     last one's end (``span_s``), and the time the device ran at least one kernel
-    (``busy_s`` <= ``span_s``; the rest are idle gaps between kernels)."""
+    (``busy_s`` <= ``span_s``; the rest are idle gaps between kernels), and those gaps' seconds
+    and counts by length (``gaps``: bucket of `GAP_BUCKETS` -> ``[seconds, count]``; empty when
+    not measured)."""
 
     engine: str
     kernels: list[KernelTime]
     span_s: float
     busy_s: float
+    gaps: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def idle_s(self) -> float:
@@ -60,13 +66,13 @@ class Profile:
         return out
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "span_s": self.span_s, "busy_s": self.busy_s,
+        return {"engine": self.engine, "span_s": self.span_s, "busy_s": self.busy_s, "gaps": self.gaps,
                 "kernels": [[k.name, k.calls, k.device_s] for k in self.kernels]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         return cls(d["engine"], [KernelTime(n, int(c), float(s)) for n, c, s in d["kernels"]],
-                   float(d["span_s"]), float(d["busy_s"]))
+                   float(d["span_s"]), float(d["busy_s"]), dict(d.get("gaps", {})))
 
 
 def family_of(name: str) -> str:
@@ -78,15 +84,31 @@ def family_of(name: str) -> str:
 
 def busy_time(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of ``(start, end)`` intervals."""
-    total, end = 0.0, float("-inf")
+    return sum(b - a for a, b in _union(intervals))
+
+
+def gap_buckets(intervals: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """The idle gaps between the union's pieces of ``(start, end)`` intervals, by `GAP_BUCKETS`
+    (a gap goes to the first bucket whose bound exceeds it): ``{bucket: [seconds, count]}``."""
+    out = {name: [0.0, 0] for name, _ in GAP_BUCKETS}
+    pieces = _union(intervals)
+    for (_, end), (start, _) in zip(pieces, pieces[1:]):
+        gap = start - end
+        name = next(n for n, bound in GAP_BUCKETS if gap < bound)
+        out[name][0] += gap
+        out[name][1] += 1
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint, sorted pieces covering the same time as ``intervals``."""
+    pieces: list[list[float]] = []
     for a, b in sorted(intervals):
-        if a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+        if pieces and a <= pieces[-1][1]:
+            pieces[-1][1] = max(pieces[-1][1], b)
+        else:
+            pieces.append([a, b])
+    return [(a, b) for a, b in pieces]
 
 
 def family_table(profiles: list[Profile]) -> str:
@@ -97,6 +119,10 @@ def family_table(profiles: list[Profile]) -> str:
     for f in FAMILY_ORDER:
         rows.append(f"| {f} | " + " | ".join(f"{d[f]:.3f}" for d in fams) + " |")
     rows.append("| idle gaps between kernels | " + " | ".join(f"{p.idle_s:.3f}" for p in profiles) + " |")
+    if any(p.gaps for p in profiles):
+        for name, _ in GAP_BUCKETS:
+            cells = [f"{p.gaps[name][0]:.3f} ({int(p.gaps[name][1]):,})" if name in p.gaps else "" for p in profiles]
+            rows.append(f"| gaps {name} (count) | " + " | ".join(cells) + " |")
     rows.append("| busy / span | " + " | ".join(f"{p.busy_s:.3f} / {p.span_s:.3f}" for p in profiles) + " |")
     return "\n".join(rows)
 

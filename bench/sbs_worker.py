@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from twinserve.bench.kernel_families import KernelTime, Profile, busy_time
+from twinserve.bench.kernel_families import KernelTime, Profile, busy_time, gap_buckets
 from twinserve.bench.recipe import Recipe, recipe
 
 Generate = Callable[[Recipe], int]
@@ -60,7 +60,7 @@ def twinserve_engine(model_dir: str, temperature: float, max_tokens: int, overri
 
 
 def profile_run(gen: Generate, r: Recipe, engine: str) -> Profile:
-    """Run ``r`` under torch.profiler; the CUDA kernels' totals, span and busy time."""
+    """Run ``r`` under torch.profiler; the CUDA kernels' totals, span, busy time and gaps."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -81,7 +81,7 @@ def profile_run(gen: Generate, r: Recipe, engine: str) -> Profile:
         t[1] += b - a
     span = max(b for _, b in spans) - min(a for a, _ in spans) if spans else 0.0
     kernels = [KernelTime(n, int(c), s) for n, (c, s) in totals.items()]
-    return Profile(engine, kernels, span, busy_time(spans))
+    return Profile(engine, kernels, span, busy_time(spans), gap_buckets(spans))
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:

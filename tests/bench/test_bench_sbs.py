@@ -46,6 +46,23 @@ def test_busy_time_is_the_union_of_intervals():
     assert busy_time([]) == 0.0
 
 
+def test_gaps_are_bucketed_by_length():
+    from twinserve.bench.kernel_families import gap_buckets
+
+    us = 1e-6
+    spans = [(0, 10 * us), (12 * us, 20 * us), (15 * us, 30 * us), (40 * us, 50 * us), (150 * us, 160 * us)]
+    g = gap_buckets(spans)  # gaps of 2, 10 and 100 us; the overlapping pair leaves none
+    assert g["under 5 us"] == [pytest.approx(2 * us), 1]
+    assert g["5-50 us"] == [pytest.approx(10 * us), 1]
+    assert g["over 50 us"] == [pytest.approx(100 * us), 1]
+    assert sum(s for s, _ in g.values()) == pytest.approx(160 * us - busy_time(spans))
+    p = Profile("x", [KernelTime("nvjet_a", 1, 1.0)], span_s=2.0, busy_s=1.0, gaps={"under 5 us": [0.25, 3]})
+    q = Profile.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert q == p
+    table = family_table([q, Profile("y", [], 1.0, 1.0)])
+    assert "| gaps under 5 us (count) | 0.250 (3) |  |" in table
+
+
 def test_family_table_sums_and_idle():
     p = Profile("x", [KernelTime("nvjet_a", 2, 1.5), KernelTime("nvjet_b", 1, 0.5), KernelTime("RMSNorm", 4, 0.25)],
                 span_s=3.0, busy_s=2.25)
