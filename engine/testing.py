@@ -6,7 +6,21 @@ from typing import Sequence
 
 import numpy as np
 
+from twinserve.core.model_shapes import ModelShape
+
 TINY_FAMILIES = ("tiny-llama", "tiny-qwen3", "tiny-qwen2", "tiny-mistral")
+
+# the GPU tests' tiny shapes: head_dim 128 and GQA groups 4 (llama: tensor-core decode) and 2
+# (the others: CUDA-core decode), the FlashInfer kernel variants the benchmark shapes use, so the
+# GPU host compiles each kernel once
+GPU_SHAPES = {
+    "llama": ModelShape("gpu-llama", "llama", 256, 3, 8, 2, 128, 512, 1024, max_position_embeddings=4096),
+    "qwen3": ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
+                        rope_theta=1e6, max_position_embeddings=4096),
+    "qwen2": ModelShape("gpu-qwen2", "qwen2", 256, 2, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
+                        max_position_embeddings=4096),
+    "mistral": ModelShape("gpu-mistral", "mistral", 256, 2, 4, 2, 128, 512, 1024, max_position_embeddings=4096),
+}
 
 
 def hf_greedy(model, prompt: Sequence[int], n: int) -> list[int]:

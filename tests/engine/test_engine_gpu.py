@@ -24,21 +24,10 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer"),
 ]
 
-from twinserve.core.model_shapes import ModelShape  # noqa: E402
 from twinserve.core.sampling import SamplingParams  # noqa: E402
 from twinserve.engine.llm import LLM  # noqa: E402
-from twinserve.engine.testing import hf_greedy, random_prompts  # noqa: E402
+from twinserve.engine.testing import GPU_SHAPES, hf_greedy, random_prompts  # noqa: E402
 
-# head_dim 128 and GQA groups 4 (llama: tensor-core decode) and 2 (others: CUDA-core decode), the
-# FlashInfer kernel variants the benchmark shapes use, so the GPU host compiles each kernel once.
-GPU_SHAPES = {
-    "llama": ModelShape("gpu-llama", "llama", 256, 3, 8, 2, 128, 512, 1024, max_position_embeddings=4096),
-    "qwen3": ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                        rope_theta=1e6, max_position_embeddings=4096),
-    "qwen2": ModelShape("gpu-qwen2", "qwen2", 256, 2, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                        max_position_embeddings=4096),
-    "mistral": ModelShape("gpu-mistral", "mistral", 256, 2, 4, 2, 128, 512, 1024, max_position_embeddings=4096),
-}
 
 GAP = 0.5
 N_OUT = 32

@@ -23,12 +23,11 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer"),
 ]
 
-from twinserve.core.model_shapes import ModelShape  # noqa: E402
 from twinserve.core.sampling import SamplingParams  # noqa: E402
 from twinserve.engine.llm import LLM  # noqa: E402
-from twinserve.engine.testing import random_prompts  # noqa: E402
+from twinserve.engine.testing import GPU_SHAPES, random_prompts  # noqa: E402
 
-SHAPE = ModelShape("gpu-llama", "llama", 256, 3, 8, 2, 128, 512, 1024, max_position_embeddings=4096)
+SHAPE = GPU_SHAPES["llama"]
 GAP = 0.5
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["id", "ok"],
           "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, "ok": {"type": "boolean"}}}

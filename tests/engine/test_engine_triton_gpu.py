@@ -15,11 +15,10 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
 ]
 
-from twinserve.core.model_shapes import ModelShape  # noqa: E402
+from twinserve.engine.testing import GPU_SHAPES  # noqa: E402
 
 # a tiny Qwen3 (q/k norms, GQA group 2, head_dim 128): the path the Triton kernels serve
-QWEN3 = ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                   rope_theta=1e6, max_position_embeddings=4096)
+QWEN3 = GPU_SHAPES["qwen3"]
 
 
 def test_triton_kv_store_writes_what_index_copy_writes():

@@ -18,16 +18,12 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer"),
 ]
 
-from twinserve.core.model_shapes import ModelShape  # noqa: E402
 from twinserve.core.request import Req  # noqa: E402
 from twinserve.core.sampling import SamplingParams  # noqa: E402
+from twinserve.engine.testing import GPU_SHAPES  # noqa: E402
 
 # GQA groups 2 (CUDA-core decode) and 4 (tensor-core decode), head_dim 128 like the benchmarks
-SHAPES = {
-    "group2": ModelShape("gpu-qwen3", "qwen3", 256, 3, 4, 2, 128, 512, 1024, tie_word_embeddings=True,
-                         rope_theta=1e6, max_position_embeddings=4096),
-    "group4": ModelShape("gpu-llama", "llama", 256, 3, 8, 2, 128, 512, 1024, max_position_embeddings=4096),
-}
+SHAPES = {"group2": GPU_SHAPES["qwen3"], "group4": GPU_SHAPES["llama"]}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
 
 
