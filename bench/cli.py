@@ -35,6 +35,8 @@ BENCHMARKS: dict[str, Benchmark] = {
                          "engine offline throughput (mini-sglang's recipe) and decode steps against the bandwidth bound"),
     "host-steps": Benchmark("twinserve.bench.host_steps", "the engine's host cost of fixed mixed and decode step shapes"),
     "cpu-speed": Benchmark("twinserve.bench.cpu_speed", "how fast each vCPU runs pure Python now, and how often"),
+    "clock-drift": Benchmark("twinserve.bench.clock_drift",
+                             "how far the GPU's event clock drifts from the host's, as the step records read them"),
 }
 
 
