@@ -21,13 +21,13 @@ class FlashInferKernels:
     semantics), which the layers allow: the inputs are temporaries of the current forward.
     ``rms_norm_`` takes [T, H, D] head views with any row/head strides (FlashInfer's QK-norm
     kernel, one warp per head row), so a fused QKV output is normalized where it lies.
-    ``fused_qk``: `engine.triton.rope_store` runs ``qk_norm_rope`` (one launch instead of three) and
-    ``rope`` given a store (``stores_kv``; one launch instead of two) where q, k and v are adjacent
-    slices of one fused QKV output of the cache's dtype, else FlashInfer's kernels and the pool's
-    write.
+    ``triton_rope``: `engine.triton.rope_store` runs ``qk_norm_rope`` (one launch instead of
+    three) and ``rope`` given a store (``stores_kv``; one launch instead of two) where q, k and v
+    are adjacent slices of one fused QKV output of the cache's dtype, else FlashInfer's kernels and
+    the pool's write.
     """
 
-    def __init__(self, fused_qk: bool = False) -> None:
+    def __init__(self, triton_rope: bool = False) -> None:
         import flashinfer  # noqa: F401  (lazy: only on GPU hosts)
         from flashinfer.activation import silu_and_mul
         from flashinfer.norm import fused_add_rmsnorm, rmsnorm
@@ -37,10 +37,10 @@ class FlashInferKernels:
         self._fused_add_rmsnorm = fused_add_rmsnorm
         self._silu_and_mul = silu_and_mul
         self._rope = apply_rope_with_cos_sin_cache_inplace
-        self.name = "flashinfer_triton" if fused_qk else "flashinfer"
-        self.stores_kv = fused_qk
+        self.name = "flashinfer_triton" if triton_rope else "flashinfer"
+        self.stores_kv = triton_rope
         self._fused = None
-        if fused_qk:
+        if triton_rope:
             from twinserve.engine.triton.rope_store import adjacent_heads, rope_store
 
             self._fused, self._adjacent = rope_store, adjacent_heads

@@ -116,8 +116,8 @@ class TorchKernels:
         return (xh * cos + rot * sin).reshape(t, -1)
 
 
-KERNELS.register("flashinfer")(lambda: _flashinfer_kernels(fused_qk=False))
-KERNELS.register("flashinfer_triton")(lambda: _flashinfer_kernels(fused_qk=True))
+KERNELS.register("flashinfer")(lambda: _flashinfer_kernels(triton_rope=False))
+KERNELS.register("flashinfer_triton")(lambda: _flashinfer_kernels(triton_rope=True))
 
 
 def auto_kernels(attention: str, triton: bool) -> str:
@@ -129,7 +129,7 @@ def auto_kernels(attention: str, triton: bool) -> str:
     return "flashinfer_triton" if triton else "flashinfer"
 
 
-def _flashinfer_kernels(fused_qk: bool) -> Kernels:
+def _flashinfer_kernels(triton_rope: bool) -> Kernels:
     from twinserve.engine.layers.flashinfer_kernels import FlashInferKernels
 
-    return FlashInferKernels(fused_qk=fused_qk)
+    return FlashInferKernels(triton_rope=triton_rope)

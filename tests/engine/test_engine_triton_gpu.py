@@ -96,7 +96,7 @@ def test_fused_qk_norm_rope_matches_flashinfers_three_kernels(heads, t):
     for fused in (False, True):
         x = qkv.clone()
         q, k, v = x.split([nq * d, nk * d, nk * d], dim=-1)
-        FlashInferKernels(fused_qk=fused).qk_norm_rope(positions, q, k, qw, kw, 1e-6, d, cos_sin)
+        FlashInferKernels(triton_rope=fused).qk_norm_rope(positions, q, k, qw, kw, 1e-6, d, cos_sin)
         assert torch.equal(v, qkv[:, (nq + nk) * d:])  # v untouched
         out[fused] = x
     diff = (out[True].float() - out[False].float()).abs()
@@ -132,7 +132,7 @@ def test_rope_with_the_kv_store_in_one_launch_stores_what_the_pool_write_stores(
         pool, x = KVPool(geom, "cuda"), qkv.clone()
         q, k, v = x.split([nq * d, nk * d, nk * d], dim=-1)
         kv = (_NoFallback if fused else KVWrite)(pool, 1, slots, v)
-        kernels = FlashInferKernels(fused_qk=fused)
+        kernels = FlashInferKernels(triton_rope=fused)
         if norm:
             kernels.qk_norm_rope(positions, q, k, w, w, 1e-6, d, cos_sin, kv)
         else:
@@ -163,8 +163,8 @@ def test_fused_qk_norm_rope_falls_back_where_q_and_k_are_not_adjacent():
     assert not adjacent_heads(q, k, d)
     pos = torch.arange(t, device="cuda")
     a, b = (q.clone(), k.clone()), (q.clone(), k.clone())
-    FlashInferKernels(fused_qk=True).qk_norm_rope(pos, *a, w, w, 1e-6, d, cos_sin)
-    FlashInferKernels(fused_qk=False).qk_norm_rope(pos, *b, w, w, 1e-6, d, cos_sin)
+    FlashInferKernels(triton_rope=True).qk_norm_rope(pos, *a, w, w, 1e-6, d, cos_sin)
+    FlashInferKernels(triton_rope=False).qk_norm_rope(pos, *b, w, w, 1e-6, d, cos_sin)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
