@@ -53,8 +53,8 @@ class EngineConfig:
       at ``tp_size`` 1.
     - ``prefill_backend``: FlashInfer's kernels for eager prefill and mixed steps, "fa2" or
       "fa3" (Hopper only).
-    - ``triton_kernels``: the KV store, temperature-only sampling and (``kernels="auto"``) the
-      q/k norm-and-RoPE as Triton kernels
+    - ``triton_kernels``: the KV store, temperature-only sampling and (``kernels="auto"``) q/k
+      RoPE with Qwen3's q/k norms and the KV store in one launch as Triton kernels
       (`engine.triton`); None = on for CUDA when triton imports, False = torch ops.
     - ``seed``: dummy weights and the sampler's unseeded stream; ``checked``: the page allocator
       verifies every free (tests).

@@ -75,8 +75,9 @@ class AttentionBackend(Protocol):
 
     Contract: ``plan(inputs)`` is called once per step before the forward; then for every layer
     ``forward(layer, q, k, v, slots)`` first stores ``k``/``v`` [T, Hk, D] at the flat ``pool``
-    ``slots`` [T] (``slots=None``: the layer's kernels stored them already), then returns the causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over
-    each row's pages, into ``out`` [T, Hq, D] when given (the piecewise CUDA graphs' buffer).
+    ``slots`` [T] (``slots=None``: the layer's kernels stored them already), then returns the
+    causal attention output [T, Hq, D] of ``q`` [T, Hq, D] over each row's pages, into ``out``
+    [T, Hq, D] when given (the piecewise CUDA graphs' buffer).
     Backends with ``supports_cuda_graphs`` also implement
     the decode-graph hooks ``init_graphs``/``plan_graph`` and the token-graph hooks
     ``init_token_graphs``/``plan_token_graph`` used by the runner (see flashinfer_backend.py).
