@@ -6,10 +6,13 @@ import torch
 import triton
 import triton.language as tl
 
+from twinserve.engine.triton.pdl import dependent_start, pdl_on
+
 
 @triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, k_row_stride, v_row_stride,
-                     ROW: tl.constexpr, BLOCK: tl.constexpr):
+                     ROW: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    dependent_start(PDL)
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     src = t.to(tl.int64)
@@ -40,5 +43,6 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, 
         return
     row = heads * dim
     block = min(triton.next_power_of_2(row), 4096)
+    pdl = pdl_on(k)
     _store_kv_kernel[(t,)](k, v, slots, k_cache, v_cache, k.stride(0), v.stride(0),
-                           ROW=row, BLOCK=block, num_warps=4)
+                           ROW=row, BLOCK=block, PDL=pdl, num_warps=4, launch_pdl=pdl)

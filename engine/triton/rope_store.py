@@ -14,11 +14,15 @@ import torch
 import triton
 import triton.language as tl
 
+from twinserve.engine.triton.pdl import dependent_start, pdl_on
+
 
 @triton.jit
 def _rope_store_kernel(qkv_ptr, pos_ptr, cs_ptr, qw_ptr, kw_ptr, slot_ptr, kc_ptr, vc_ptr, row_stride,
                        cs_stride, eps, NQ: tl.constexpr, NK: tl.constexpr, HB: tl.constexpr,
-                       KB: tl.constexpr, HALF: tl.constexpr, NORM: tl.constexpr, STORE: tl.constexpr):
+                       KB: tl.constexpr, HALF: tl.constexpr, NORM: tl.constexpr, STORE: tl.constexpr,
+                       PDL: tl.constexpr):
+    dependent_start(PDL)
     t = tl.program_id(0)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     h = tl.arange(0, HB)[:, None]
@@ -80,7 +84,8 @@ def rope_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_d
     nq, nk = q.shape[1] // head_dim, k.shape[1] // head_dim
     qw, kw, eps = norm if norm is not None else (cos_sin, cos_sin, 0.0)
     kc, vc, slots = store if store is not None else (q, q, positions)
+    pdl = pdl_on(q)
     _rope_store_kernel[(t,)](q, positions, cos_sin, qw, kw, slots, kc, vc, q.stride(0), cos_sin.stride(0),
                              eps, NQ=nq, NK=nk, HB=triton.next_power_of_2(nq + nk),
                              KB=triton.next_power_of_2(nk), HALF=head_dim // 2, NORM=norm is not None,
-                             STORE=store is not None, num_warps=4)
+                             STORE=store is not None, PDL=pdl, num_warps=4, launch_pdl=pdl)
