@@ -25,10 +25,13 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from twinserve.simulator.cost.calibration import Calibration
 
 REGIMES = ("decode", "prefill", "mixed")
 
@@ -129,9 +132,34 @@ def table(rows: Sequence[tuple[str, SharedSteps]]) -> str:
     return "\n".join(lines)
 
 
+def run_steps(run: Path) -> pd.DataFrame:
+    """The steps table of an engine run folder that recorded device spans and replicas."""
+    from twinserve.core.errors import UserError
+
+    path = run / "steps.parquet"
+    if not path.exists():
+        raise UserError(f"{run}: no steps.parquet (an engine run folder is expected)")
+    steps = pd.read_parquet(path)
+    if not {"dev_start", "dev_end", "replica"} <= set(steps.columns):
+        raise UserError(f"{path}: no device spans (dev_start/dev_end) or replica column; "
+                        "an engine run on CUDA records them")
+    return steps
+
+
+def pooled_ratio(cal: "Calibration", runs: Sequence[Path]) -> float:
+    """Summed measured step spans of ``runs`` (engine run folders) over what ``cal`` predicts
+    for the same steps: the factor `scaled_calibration` applies."""
+    from twinserve.calibration.fit import predict_span
+
+    y = p = 0.0
+    for run in runs:
+        steps = run_steps(run)
+        y, p = y + float(steps["duration"].sum()), p + float(predict_span(cal, steps).sum())
+    return y / p
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from twinserve.calibration.fit import predict_span
-    from twinserve.core.errors import UserError
     from twinserve.simulator.cost.calibration import Calibration
 
     ap = argparse.ArgumentParser(description="Device spans of shared-GPU engine runs against a calibration.")
@@ -142,24 +170,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="write the calibration with its device fits scaled by the runs' pooled ratio")
     args = ap.parse_args(argv)
     cal = Calibration.load(args.calibration)
-    rows, y, p = [], 0.0, 0.0
+    rows = []
     for run in args.runs:
-        path = run / "steps.parquet"
-        if not path.exists():
-            raise UserError(f"{run}: no steps.parquet (an engine run folder is expected)")
-        steps = pd.read_parquet(path)
-        if not {"dev_start", "dev_end", "replica"} <= set(steps.columns):
-            raise UserError(f"{path}: no device spans (dev_start/dev_end) or replica column; "
-                            "an engine run on CUDA records them")
-        pred = predict_span(cal, steps)
-        rows.append((run.parent.name if run.name == "engine" else run.name, shared_steps(steps, pred)))
-        y, p = y + float(steps["duration"].sum()), p + float(pred.sum())
+        steps = run_steps(run)
+        rows.append((run.parent.name if run.name == "engine" else run.name,
+                     shared_steps(steps, predict_span(cal, steps))))
+    ratio = pooled_ratio(cal, args.runs)
     print(table(rows))
-    print(f"\npooled span / predicted: {y / p:.4f} ({args.calibration.name})")
+    print(f"\npooled span / predicted: {ratio:.4f} ({args.calibration.name})")
     if args.scaled_out is not None:
-        scaled = scaled_calibration(json.loads(args.calibration.read_text()), y / p)
-        args.scaled_out.write_text(json.dumps(scaled, indent=1))
-        print(f"wrote {args.scaled_out} (device fits x {y / p:.4f})")
+        args.scaled_out.write_text(json.dumps(scaled_calibration(json.loads(args.calibration.read_text()), ratio), indent=1))
+        print(f"wrote {args.scaled_out} (device fits x {ratio:.4f})")
 
 
 if __name__ == "__main__":
