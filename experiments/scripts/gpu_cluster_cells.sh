@@ -3,9 +3,9 @@
 # (repository root on the GPU host, after gpu_setup.sh):
 #   experiments/scripts/gpu_cluster_cells.sh OUTDIR WORKLOAD RATE ROUTER...
 # One compare command per router (REQUESTS, default 300); prints each cell's TTFT, TPOT and hit
-# rate lines; OUTDIR gets cluster.tgz with every cell's folder so far (compare.md, the engine and
-# simulator runs, overrides.txt), for
-# `python -m twinserve.experiments.cluster_cells runs/cluster`.
+# rate lines; OUTDIR gets cluster.tgz.part-* (15 MB parts, under the device tool's file limit:
+# `cat cluster.tgz.part-* | tar xzf -`) with every cell's folder so far (compare.md, the engine
+# and simulator runs, overrides.txt), for `python -m twinserve.experiments.cluster_cells runs/cluster`.
 set -u
 OUT_DIR=${1:?usage: gpu_cluster_cells.sh OUTDIR WORKLOAD RATE ROUTER...}; W=$2; R=$3; shift 3
 WORK=runs/cluster; mkdir -p "$WORK"
@@ -17,4 +17,5 @@ for router in "$@"; do
   [ -f "$D/compare.md" ] || tail -3 "$D.log"
   grep -E "TTFT mean|TPOT mean|prefix cache hit" "$D/compare.md" 2>/dev/null | sed "s/^/$W $R $router /"
 done
-tar czf "$OUT_DIR/cluster.tgz" "$WORK"
+rm -f "$OUT_DIR"/cluster.tgz.part-*
+tar czf - "$WORK" | split -b 15M - "$OUT_DIR/cluster.tgz.part-"
