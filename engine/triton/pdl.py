@@ -4,8 +4,9 @@ A kernel launched with PDL may be scheduled while the kernel before it in the st
 finishing, as FlashInfer launches its kernels there; inside, it waits for its predecessor's
 results (``griddepcontrol.wait``) before its first load, then lets its own successor be
 scheduled (``griddepcontrol.launch_dependents``). Where PDL is off both are compiled out.
-It is off by default; ``TWINSERVE_TRITON_PDL=1`` in the environment turns it on
-(``bench/sbs.py --variant 'pdl:env.TWINSERVE_TRITON_PDL=1'`` measures it against the default).
+It is off by default because it does not make the engine faster (docs/side_by_side.md);
+``TWINSERVE_TRITON_PDL=1`` in the environment turns it on (``bench/sbs.py --variant
+'pdl:env.TWINSERVE_TRITON_PDL=1'`` measures it against the default).
 """
 
 from __future__ import annotations
