@@ -12,6 +12,7 @@ from twinserve.core.errors import UserError
 from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, DecodeLines, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
+from twinserve.calibration.clock import drift_corrected
 from twinserve.calibration.host_fit import fit_host
 from twinserve.calibration.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
@@ -136,7 +137,8 @@ def fit_calibration(
     present. Residual quantiles are of measured / predicted. A non-zero ``cpu_s`` column fits
     the plain host-time model. ``bucket_offsets``: the decode fit also gets one additive offset
     per CUDA-graph batch size, and with ``bucket_scales`` one factor (`_fit_with_bucket_lines`,
-    stored as ``decode_offsets`` and ``decode_scales``). With the engine's timeline (and
+    stored as ``decode_offsets`` and ``decode_scales``). The device times are first moved onto
+    the host's clock (`clock.drift_corrected`). With the engine's timeline (and
     ``overlap``), device work is read off it and the host parts are fitted first
     (`host_fit.fit_host`); with ``episodes``, eager steps it finds in slow-host episodes are
     left out of the device fits and errors (their spans may be paced by the slow host), unless
@@ -160,7 +162,7 @@ def fit_calibration(
         raise ValueError(f"dense model {dense!r}: one of {DENSE_MODELS}")
     defaults = terms is None
     hinges = defaults and dense == "hinge"
-    steps = with_derived_features(steps)
+    steps = with_derived_features(drift_corrected(steps)[0])
     terms = dict(DEFAULT_TERMS if terms is None else terms)
     if defaults and dense == "curve":
         terms = {k: (*v, *DENSE_CURVE) if k != "decode" else v for k, v in terms.items()}
@@ -459,8 +461,8 @@ def _fit_tail(steps: pd.DataFrame, tl: pd.DataFrame, device: np.ndarray) -> Line
 def predict_span(cal: Calibration, steps: pd.DataFrame) -> np.ndarray:
     """Each step's predicted device span (the engine's ``duration``): the regime's device fit,
     and, when ``cal`` has host fits and ``steps`` the engine's timeline, the launch coupling
-    of `span_error` (measured start and launch end)."""
-    steps = with_derived_features(steps)
+    of `span_error` (measured start and launch end, device times drift-corrected)."""
+    steps = with_derived_features(drift_corrected(steps)[0])
     reg = regime_of(steps).to_numpy()
     g = np.zeros(len(steps))
     for name in REGIME_NAMES:
