@@ -93,7 +93,8 @@ def drift_corrected(steps: pd.DataFrame) -> tuple[pd.DataFrame, list[ClockFit]]:
         return steps, []
     cols = {c: steps[c].to_numpy(np.float64).copy() for c in ("dev_start", "dev_end")}
     fits: list[ClockFit] = []
-    for rows in clock_groups(steps).groupby(clock_groups(steps), sort=False).indices.values():
+    labels = clock_groups(steps)
+    for rows in labels.groupby(labels, sort=False).indices.values():
         fit = fit_clock(steps.iloc[rows])
         if fit is None:
             continue
