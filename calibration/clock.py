@@ -74,15 +74,14 @@ def fit_clock(steps: pd.DataFrame) -> ClockFit | None:
     return ClockFit(drift=float(slope), offset_s=float(intercept), samples=int(ok.sum()), bins=len(centers))
 
 
-def clock_groups(steps: pd.DataFrame) -> pd.Series:
-    """A label per row for the rows that share one clock origin: per replica (where the column
+def clock_groups(steps: pd.DataFrame) -> list[np.ndarray]:
+    """Positions of the rows that share one clock origin: per replica (where the column
     exists), each run of `timeline.runs_of`."""
-    if "replica" not in steps:
-        return runs_of(steps)
-    labels = pd.Series(0, index=steps.index, dtype=np.int64)
-    for r, g in steps.groupby("replica", sort=True):
-        labels.loc[g.index] = runs_of(g).to_numpy() * 10_000 + int(r)
-    return labels
+    replica = steps["replica"] if "replica" in steps else pd.Series(0, index=steps.index)
+    run = pd.Series(0, index=steps.index)
+    for _, g in steps.groupby(replica, sort=False):
+        run.loc[g.index] = runs_of(g).to_numpy()
+    return list(steps.groupby([replica, run], sort=False).indices.values())
 
 
 def drift_corrected(steps: pd.DataFrame) -> tuple[pd.DataFrame, list[ClockFit]]:
@@ -93,8 +92,7 @@ def drift_corrected(steps: pd.DataFrame) -> tuple[pd.DataFrame, list[ClockFit]]:
         return steps, []
     cols = {c: steps[c].to_numpy(np.float64).copy() for c in ("dev_start", "dev_end")}
     fits: list[ClockFit] = []
-    labels = clock_groups(steps)
-    for rows in labels.groupby(labels, sort=False).indices.values():
+    for rows in clock_groups(steps):
         fit = fit_clock(steps.iloc[rows])
         if fit is None:
             continue
