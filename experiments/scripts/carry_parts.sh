@@ -4,9 +4,9 @@
 # one part folder (`carry: [".carry/p1"]`, then `[".carry/p2"]`, ...; an ignored path left there
 # by an earlier call stays while the machine is held), and the last call joins them.
 #   carry_parts.sh split FILE [PART_MB]   here: FILE into .carry/p1, .carry/p2, ... (default 48 MB
-#                                         each) with FILE's name and sha256 in .carry/manifest
+#                                         each), every part with a manifest (FILE's name, sha256,
+#                                         the number of parts)
 #   carry_parts.sh join DIR               there: the parts, checked, into DIR/NAME; prints the path
-# .carry/manifest is small and travels with every part.
 set -eu
 case "${1:-}" in
   split)
@@ -18,8 +18,8 @@ case "${1:-}" in
       i=$((i + 1)); mkdir -p ".carry/p$i"; mv "$part" ".carry/p$i/part"
     done
     rmdir .carry/tmp
-    printf '%s %s %s\n' "$(basename "$FILE")" "$(sha256sum "$FILE" | cut -d' ' -f1)" "$i" > .carry/manifest
-    for p in $(seq 1 "$i"); do cp .carry/manifest ".carry/p$p/manifest"; done
+    line="$(basename "$FILE") $(sha256sum "$FILE" | cut -d' ' -f1) $i"
+    for p in $(seq 1 "$i"); do echo "$line" > ".carry/p$p/manifest"; done
     echo "$i parts: carry .carry/p1 ... .carry/p$i, one a call" ;;
   join)
     DIR=${2:?usage: carry_parts.sh join DIR}

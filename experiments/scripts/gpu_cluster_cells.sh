@@ -5,7 +5,8 @@
 # One compare command per router (REQUESTS, default 300); prints each cell's TTFT, TPOT and hit
 # rate lines; OUTDIR gets cluster.tgz.part-* (15 MB parts, under the device tool's file limit:
 # `cat cluster.tgz.part-* | tar xzf -`) with every cell's folder so far (compare.md, the engine
-# and simulator runs, overrides.txt), for `python -m twinserve.experiments.cluster_cells runs/cluster`.
+# and simulator runs, overrides.txt), for
+# `python -m twinserve.experiments.cluster_cells runs/cluster`.
 set -u
 OUT_DIR=${1:?usage: gpu_cluster_cells.sh OUTDIR WORKLOAD RATE ROUTER...}; W=$2; R=$3; shift 3
 WORK=runs/cluster; mkdir -p "$WORK"
