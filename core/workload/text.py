@@ -117,10 +117,11 @@ def code_edit_prompt(fn: CodeFunction, change: str) -> str:
             f"{ask} Reply with the complete modified function in one code block, and nothing else.")
 
 
-def code_edit_texts(n: int, seed: int = 0) -> list[tuple[str, CodeFunction]]:
-    """``n`` (prompt, function) pairs: functions drawn from `stdlib_functions`, each with a
-    change it admits (seeded; the same arguments give the same list on one interpreter)."""
-    fns = stdlib_functions()
+def code_edit_texts(n: int, seed: int = 0, stdlib_dir: str | None = None) -> list[tuple[str, CodeFunction]]:
+    """``n`` (prompt, function) pairs: functions drawn from `stdlib_functions` (of
+    ``stdlib_dir``, default the running interpreter's), each with a change it admits (seeded; the
+    same arguments and sources give the same list)."""
+    fns = stdlib_functions(stdlib_dir=stdlib_dir)
     if not fns:
         raise RuntimeError("found no standard-library sources to build code-edit prompts from")
     rng = stream(seed, "code-edit")
@@ -173,12 +174,15 @@ def _workload(prompts: list[list[int]], outputs: list[int], name: str, rate: flo
 
 def code_edit_workload(tokenizer: str, num_requests: int = 100, rate: float = 1.0, seed: int = 0,
                        arrival: str = "poisson", arrival_kwargs: dict | None = None,
-                       extra_output: int = 16, max_output: int = 1024) -> Workload:
+                       extra_output: int = 16, max_output: int = 1024,
+                       stdlib_dir: str | None = None) -> Workload:
     """Code-edit chat requests tokenized by ``tokenizer`` (a model directory). Each request's
     output length (its ``max_tokens``) is the function's own token count plus ``extra_output``
-    (the answer is that function again, in a code block), at most ``max_output``."""
+    (the answer is that function again, in a code block), at most ``max_output``. ``stdlib_dir``:
+    a folder with the `CODE_MODULES` sources of another interpreter (the same requests as a run
+    made there), default the running one's."""
     chat, plain = chat_encoder(tokenizer)
-    pairs = code_edit_texts(num_requests, seed)
+    pairs = code_edit_texts(num_requests, seed, stdlib_dir)
     prompts = [chat(text) for text, _ in pairs]
     outputs = [min(max_output, len(plain(fn.source)) + extra_output) for _, fn in pairs]
     return _workload(prompts, outputs, f"code_edit({arrival}, rate={rate})", rate, arrival, seed, arrival_kwargs)

@@ -29,6 +29,17 @@ def test_code_edit_texts_are_seeded_and_quote_the_function():
     assert len({fn.name for _, fn in a}) > 5
 
 
+def test_code_edit_texts_come_from_the_given_sources(tmp_path):
+    """``stdlib_dir`` (``workload.stdlib_dir``): another interpreter's sources, copied here,
+    give that interpreter's prompts; a module missing there is left out."""
+    (tmp_path / "textwrap.py").write_text(
+        "def shout(word, times=2):\n" + "".join(f"    step{i} = {i}\n" for i in range(5)) + "    return word * times\n")
+    pairs = text.code_edit_texts(6, seed=1, stdlib_dir=str(tmp_path))
+    assert {fn.name for _, fn in pairs} == {"shout"} and all(fn.param == "word" for _, fn in pairs)
+    assert [p for p, _ in pairs] == [p for p, _ in text.code_edit_texts(6, seed=1, stdlib_dir=str(tmp_path))]
+    assert [p for p, _ in pairs] != [p for p, _ in text.code_edit_texts(6, seed=1)]
+
+
 def test_workloads_need_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer=DIR"):
         WORKLOADS.create("code_edit", num_requests=2)
