@@ -37,9 +37,9 @@ from twinserve.calibration.linear import (
 from twinserve.calibration.timeline import has_timeline, launch_work, runs_of, timeline_frame
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
-    "sched": ("1", "num_seqs", "new_tokens"),
-    "launch": ("1", "num_seqs", "new_tokens", "eager_step", "piece_step"),
-    "complete": ("1", "num_seqs"),
+    "sched": ("1", "num_seqs", "new_tokens", "verify_step"),
+    "launch": ("1", "num_seqs", "new_tokens", "eager_step", "piece_step", "verify_step"),
+    "complete": ("1", "num_seqs", "verify_step"),
     "loop": ("1", "num_seqs"),
     "pre": ("1", "num_seqs"),
     "post": ("1", "num_seqs"),

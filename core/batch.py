@@ -6,12 +6,19 @@ the backend's `GraphPlan` (core/graph_plan.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twinserve.core.graph_plan import GraphPlan, piece_step_of
 
 if TYPE_CHECKING:
     from twinserve.core.request import Req
+
+def verify_step_of(verify_rows: Any) -> Any:
+    """1 where a step has rows that verify a draft (``verify_rows > 0``), else 0; on ints,
+    floats or arrays. Such a step's launch scores every draft position and waits for the
+    tokens before the next step is formed, so its host work differs from a plain step's."""
+    return (verify_rows > 0) * 1
+
 
 @dataclass(frozen=True, slots=True)
 class BatchFeatures:
@@ -36,7 +43,9 @@ class BatchFeatures:
     context (`wide_tiles_of`). ``attn_tile`` is the query-tile rows of the step's attention plan
     when it is planned outside a graph (`attn_tile_of`: 16, 64 or 128; 0 for a decode-only step
     or a whole-step replay). ``piece_step`` (derived, not a field: `piece_step_of`) is 1 for a
-    step that is neither one replay nor eager: it runs the pieces.
+    step that is neither one replay nor eager: it runs the pieces. ``verify_rows`` counts the
+    rows that verify a draft (speculative decoding, ``Batch.drafts``); ``verify_step``
+    (derived) is 1 when there is one.
     """
 
     num_seqs: int = 0
@@ -55,11 +64,17 @@ class BatchFeatures:
     graph_replay: int = -1
     wide_tiles: int = 0
     attn_tile: int = 0
+    verify_rows: int = 0
 
     @property
     def piece_step(self) -> int:
         """1 when the step runs the pieces (`piece_step_of`), else 0."""
         return piece_step_of(self.graph_replay, self.eager_step)
+
+    @property
+    def verify_step(self) -> int:
+        """1 when a row of the step verifies a draft (`verify_step_of`), else 0."""
+        return verify_step_of(self.verify_rows)
 
     def __post_init__(self) -> None:
         if self.graph_replay < 0:
@@ -78,7 +93,7 @@ FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
 # Features derived from the fields, by the same formula on one step (`BatchFeatures`, the
 # simulator's `FeatureScalars` and `FeatureColumns`) and on a profile's columns
 # (`calibration.linear.with_derived_features`): calibration terms may read them too.
-DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step",)
+DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step", "verify_step")
 
 
 @dataclass(slots=True)
@@ -157,4 +172,5 @@ class Batch:
             graph_replay=replay,
             wide_tiles=wide,
             attn_tile=plan.attn_tile(replay, nd, len(self.reqs), new_tokens),
+            verify_rows=0 if self.drafts is None else sum(1 for d in self.drafts if d > 0),
         )

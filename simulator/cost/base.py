@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures
+from twinserve.core.batch import BatchFeatures, verify_step_of
 from twinserve.core.graph_plan import piece_step_of
 from twinserve.core.registry import Registry
 
@@ -67,6 +67,10 @@ class FeatureColumns:
     def piece_step(self) -> np.ndarray | float:
         return piece_step_of(self.graph_replay, self.eager_step)  # type: ignore[attr-defined]
 
+    @property
+    def verify_step(self) -> np.ndarray | float:
+        return verify_step_of(self.verify_rows)  # type: ignore[attr-defined]
+
 
 class FeatureScalars:
     """One step's features as Python floats (so integer products round like the vector path)."""
@@ -80,6 +84,10 @@ class FeatureScalars:
     @property
     def piece_step(self) -> float:
         return piece_step_of(self.graph_replay, self.eager_step)  # type: ignore[attr-defined]
+
+    @property
+    def verify_step(self) -> float:
+        return verify_step_of(self.verify_rows)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

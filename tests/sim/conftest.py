@@ -52,7 +52,8 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     slow: tuple[int, int] | None = None, slow_factor: float = 2.0,
                     idle_every: int = 0, post: float | None = None, pieces_every: int = 0,
                     piece_launch: float = 0.0, wake_every: int = 0, wake_launch: float = 0.0,
-                    wake_s: float = 0.0) -> pd.DataFrame:
+                    wake_s: float = 0.0, verify_every: int = 0,
+                    verify_extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
@@ -66,7 +67,10 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
     and ``eager_step`` 0; the others ``graph_replay`` 1) and launches ``piece_launch`` longer.
     ``wake_every``: every such iteration (from the first) follows an idle wait instead: the
     previous step's tokens are delivered, the loop sleeps 10 ms, and the step is a lone prefill
-    (no decodes) that launches ``wake_launch`` longer and records ``wake_s``."""
+    (no decodes) that launches ``wake_launch`` longer and records ``wake_s``.
+    ``verify_every``: every such step (from the second) has 1-3 rows that verify a draft
+    (``verify_rows``; 0 on the others) and spends ``verify_extra`` (sched, launch, complete)
+    seconds longer in those parts."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for i in range(n):
@@ -82,6 +86,9 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         pieces = bool(pieces_every) and i % pieces_every == 1
         sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
         launch += f * piece_launch * pieces + wake_launch * woke
+        verify = int(rng.integers(1, 4)) if verify_every and i % verify_every == 1 else 0
+        if verify:
+            sched, launch, comp = (x + f * e for x, e in zip((sched, launch, comp), verify_extra))
         g = 1e-3 + 2e-5 * b
         mark = t + sched
         d0 = max(dev_end, mark)
@@ -99,6 +106,8 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
             row.update(num_decodes=0, num_prefills=1, prefill_tokens=b, prefill_ctx=b, decode_ctx=0, wake_s=wake_s)
         if pieces_every:
             row.update(graph_replay=int(not pieces), eager_step=0)
+        if verify_every:
+            row["verify_rows"] = verify
         dev_end = d1
         t_host = le
         if prev is not None:

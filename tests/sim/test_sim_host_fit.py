@@ -220,6 +220,30 @@ def test_a_launch_that_runs_the_pieces_gets_a_term_of_its_own(timeline_steps, tm
     assert gap == pytest.approx(extra, rel=1e-3)
 
 
+def test_a_step_that_verifies_drafts_gets_host_terms_of_its_own(timeline_steps, tmp_path) -> None:
+    """A step with verify rows (speculative decoding) schedules the proposals, launches every
+    draft position and completes the acceptance: ``verify_step`` (`core.batch.verify_step_of`)
+    gets its own share of sched, launch and complete, and the cost model gives it back."""
+    extra = (40e-6, 400e-6, 60e-6)
+    steps = timeline_steps(1500, 7, verify_every=3, verify_extra=extra)
+    h = fit_host(steps, np.random.default_rng(0)).fit
+    assert _coef(h.sched, "verify_step") == pytest.approx(extra[0], rel=1e-3)
+    assert _coef(h.launch["decode"], "verify_step") == pytest.approx(extra[1], rel=1e-3)
+    assert _coef(h.complete, "verify_step") == pytest.approx(extra[2], rel=1e-3)
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-3)
+    assert h.slow_share == 0.0  # the longer steps are not taken for a slow host
+    rows = _with_prefill_rows(steps).fillna({"verify_rows": 0})
+    cal = fit_calibration(rows, Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    model = COST_MODELS.create("calibrated", calibration=cal.save(tmp_path / "c.json"))
+    f = dict(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+             decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    plain, verify = model.host_parts(BatchFeatures(**f)), model.host_parts(BatchFeatures(**f, verify_rows=2))
+    assert verify.launch - plain.launch == pytest.approx(extra[1], rel=1e-3)
+    assert verify.sched - plain.sched == pytest.approx(extra[0], rel=1e-3)
+    assert verify.complete - plain.complete == pytest.approx(extra[2], rel=1e-3)
+
+
 def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_spans(tmp_path) -> None:
     """Steps that are not one graph replay end no earlier than ``a + b * num_seqs`` after their
     launch (the device's work left after the host's last launch call): `_fit_tail` finds (a, b)
