@@ -4,8 +4,8 @@
         --out /tmp/q06_steps.parquet
 
 Every row written is one of the engine's own `StepRecord`s (the scheduler's batch features and
-the device-measured duration and host ``cpu_s``), plus a ``phase`` column (``grid`` or
-``replay``) and the grid case that produced it (``case``; -1 for the replay). Step shapes are
+the device-measured duration and host ``cpu_s``), plus a ``phase`` column (``grid``,
+``replay`` or, with ``--spec-replay``, ``spec``: `engine.profile_spec`) and the grid case that produced it (``case``; -1 for the replay). Step shapes are
 forced only through what a client controls: prompt lengths, ``max_tokens`` with ``ignore_eos``,
 arrival order and, for prefix hits, a first request that leaves its prompt in the radix cache.
 """
@@ -300,6 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--replay-kwargs", default=None,
                     help="JSON kwargs of the replay workload builder (CPU default: short poisson)")
     ap.add_argument("--replay-share", type=float, default=0.25)
+    ap.add_argument("--spec-replay", default=None, metavar="METHOD:K",
+                    help="then replay a real-text workload on a second engine with speculation "
+                         "(e.g. ngram:8; rows of phase 'spec'; needs a model directory with a chat template)")
+    ap.add_argument("--spec-workload", default="code_edit", help="workload of the speculative phase")
+    ap.add_argument("--spec-kwargs", default=None,
+                    help="JSON kwargs of its builder (default: 64 requests at 8 req/s, outputs up to 256)")
     ap.add_argument("--num-pages", type=int, default=None)
     ap.add_argument("--cpu-kv-tokens", type=int, default=65536)
     ap.add_argument("--work-dir", default="/tmp/twinserve-profile")
@@ -347,6 +353,13 @@ def profile_from_args(args: argparse.Namespace) -> tuple[ProfileResult, str]:
                         gpu_name=torch.cuda.get_device_name(eng.device) if cuda else "cpu")
     finally:
         eng.shutdown()
+    if args.spec_replay:
+        from twinserve.engine.profile_spec import spec_replay_rows
+
+        rows = spec_replay_rows(cfg, args.spec_replay, args.spec_workload, args.spec_kwargs, args.seed,
+                                progress=not args.no_progress)
+        res.steps = pd.concat([res.steps, pd.DataFrame(rows)], ignore_index=True)
+        res.info.update(spec_replay=args.spec_replay, spec_workload=args.spec_workload, spec_rows=len(rows))
     return res, name
 
 
