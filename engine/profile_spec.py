@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from twinserve.core.errors import UserError
@@ -40,6 +41,9 @@ def spec_replay_rows(cfg: EngineConfig, spec: str, workload: str = "code_edit", 
     from twinserve.engine.engine import Engine
     from twinserve.engine.replay import replay_workload
 
+    if not (Path(str(cfg.model)) / "tokenizer_config.json").is_file():
+        raise UserError(f"--spec-replay needs a model directory with a tokenizer and chat template, not "
+                        f"{cfg.model!r} (e.g. twinserve-make-model --from-gguf smollm2-135m --out DIR)")
     kw = {**DEFAULT_KWARGS, **(json.loads(kwargs_json) if kwargs_json else {})}
     wl = build_workload(workload, tokenizer=str(cfg.model), seed=seed + SEED_OFFSET, **kw)
     eng = Engine(replace(cfg, spec=parse_spec(spec)))

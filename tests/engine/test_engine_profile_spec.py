@@ -16,6 +16,11 @@ def test_the_spec_is_method_colon_k() -> None:
             parse_spec(bad)
 
 
+def test_a_shape_name_has_no_text_to_replay() -> None:
+    with pytest.raises(UserError, match="model directory with a tokenizer"):
+        spec_replay_rows(EngineConfig(model="tiny", device="cpu"), "ngram:4")
+
+
 def test_a_code_edit_replay_with_prompt_lookup_records_verify_steps(real_model_dir) -> None:
     cfg = EngineConfig(model=str(real_model_dir), device="cpu", dtype="float32", cpu_kv_tokens=8192)
     rows = spec_replay_rows(cfg, "ngram:4", kwargs_json='{"num_requests": 2, "rate": 1000, "max_output": 40}',
