@@ -7,18 +7,18 @@
 #   bench/scripts/gpu_spec_compare.sh OUTDIR MODEL_DIR
 # RATES (default "4 16" req/s), REQUESTS (128), CAL_BUDGET (90 s of profiling). OUTDIR gets
 # cal/<gpu>_<model>_tp1.json (gpu: h200, h100, ... from the device's name), cal.log, one
-# cmp_<workload>_<rate>.md per run, stdlib/ (this interpreter's sources of the code_edit
-# prompts: `workload.stdlib_dir=` reruns the same requests elsewhere) and spec_cmp.tgz (the
-# engine and simulator run folders, the profile steps, the calibration).
+# cmp_<workload>_<rate>.md per run and spec_cmp.tgz (the engine and simulator run folders, the
+# profile steps, the calibration, and stdlib/: this interpreter's sources of the code_edit
+# prompts, so that `workload.stdlib_dir=` reruns the same requests elsewhere).
 set -u
 OUT_DIR=${1:?usage: gpu_spec_compare.sh OUTDIR MODEL_DIR}; MODEL=${2:?model dir}
 NAME=$(basename "$MODEL"); WORK=runs/spec_cmp
 GPU=$(python3 -c "import torch; from twinserve.experiments.calibrate import gpu_key; print(gpu_key(torch.cuda.get_device_name()))")
 mkdir -p "$OUT_DIR/cal" "$WORK"
 CAL=$(cd "$OUT_DIR/cal" && pwd)
-mkdir -p "$OUT_DIR/stdlib"
+mkdir -p "$WORK/stdlib"
 python3 -c 'import shutil, sys, sysconfig; from twinserve.core.workload.text import CODE_MODULES
-for m in CODE_MODULES: shutil.copy(sysconfig.get_paths()["stdlib"] + "/" + m + ".py", sys.argv[1])' "$OUT_DIR/stdlib"
+for m in CODE_MODULES: shutil.copy(sysconfig.get_paths()["stdlib"] + "/" + m + ".py", sys.argv[1])' "$WORK/stdlib"
 timeout $((${CAL_BUDGET:-90} + 240)) python3 -m twinserve.experiments.calibrate --model "$MODEL" --device cuda \
   --budget-s "${CAL_BUDGET:-90}" --gpu "$GPU" --steps-out "$WORK/profile_steps.parquet" --spec-replay "ngram:${K:-8}" \
   --out "$OUT_DIR/cal/${GPU}_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1
