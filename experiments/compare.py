@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -147,14 +148,31 @@ def markdown(table: pd.DataFrame, diff: StepDiff, title: str, facts: dict[str, A
     return "\n".join(lines) + "\n"
 
 
+class RequestMismatchWarning(UserWarning):
+    """The two runs of a comparison did not serve the same requests."""
+
+
+def differing_prompts(a: pd.DataFrame, b: pd.DataFrame) -> tuple[int, int]:
+    """(requests whose prompt length differs, requests in both) of two request tables, by
+    ``rid``: a count above 0 says the runs were not given the same workload (a real-text
+    workload built from another interpreter's sources or another tokenizer, another seed)."""
+    m = a[["rid", "prompt_tokens"]].merge(b[["rid", "prompt_tokens"]], on="rid")
+    return int((m["prompt_tokens_x"] != m["prompt_tokens_y"]).sum()), len(m)
+
+
 def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None = None) -> tuple[pd.DataFrame, StepDiff]:
     """Read two run folders, write compare.csv, compare.md and step_diff.json into ``out``. The
     second is usually a simulator run; two runs of one backend (an engine run and its repeat)
     are labelled by backend in compare.md, "(repeat)" on the second."""
     from twinserve.experiments.run import load_run
 
-    _, e_steps, e_sum = load_run(engine_dir)
-    _, s_steps, s_sum = load_run(sim_dir)
+    e_reqs, e_steps, e_sum = load_run(engine_dir)
+    s_reqs, s_steps, s_sum = load_run(sim_dir)
+    differ, both = differing_prompts(e_reqs, s_reqs)
+    if differ:
+        warnings.warn(f"{differ} of {both} requests have other prompt lengths in {sim_dir} than in {engine_dir}: "
+                      "the runs did not serve the same workload (code_edit built elsewhere: pass "
+                      "workload.stdlib_dir= with that host's sources)", RequestMismatchWarning, stacklevel=2)
     table = compare_table(run_metrics(e_sum, e_steps), run_metrics(s_sum, s_steps))
     diff = step_diff(e_steps, s_steps)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,6 +190,8 @@ def write_report(engine_dir: Path, sim_dir: Path, out: Path, title: str | None =
         facts["sim cost model"] = f"{cm.get('name')} ({srun.get('cost_model_source')})"
         facts["sim loop"] = f"{srun.get('loop')}" + (", slow-host episodes drawn" if srun.get("host_episodes") else "")
     facts.update({f"{labels[0]} run": str(engine_dir), f"{labels[1]} run": str(sim_dir)})
+    if differ:
+        facts["requests with other prompt lengths"] = f"{differ} of {both}: not the same workload"
     title = title or f"Simulator vs engine: {run.get('model')} on {run.get('hardware')}"
     (out / "compare.md").write_text(markdown(table, diff, title, facts, labels))
     return table, diff

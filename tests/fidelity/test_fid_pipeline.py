@@ -145,6 +145,12 @@ def test_compare_sim_with_cpu_engine(calibration, tmp_path):
         run_compare(ov, tmp_path / "none", engine_run=tmp_path / "missing")
     md = (tmp_path / "compare.md").read_text()
     assert "TTFT p99" in md and "Step-log diff" in md
+    assert "other prompt lengths" not in md  # the same requests on both sides
+    from twinserve.experiments.compare import RequestMismatchWarning
+
+    with pytest.warns(RequestMismatchWarning, match="did not serve the same workload"):
+        run_compare([*ov, "seed=7"], tmp_path / "other", engine_run=tmp_path / "engine")
+    assert "not the same workload" in (tmp_path / "other" / "compare.md").read_text()
     assert f"- sim loop: {summary['run']['loop']}" in md  # which simulator loop (and host) ran
     # an engine run against itself (as a repeat would be): labelled by backend, no error
     from twinserve.experiments.compare import write_report
