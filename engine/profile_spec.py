@@ -21,7 +21,9 @@ from twinserve.core.errors import UserError
 from twinserve.engine.config import EngineConfig
 
 SEED_OFFSET = 1000
-DEFAULT_KWARGS: dict[str, Any] = {"num_requests": 64, "rate": 8.0, "max_output": 256}
+DEFAULT_KWARGS: dict[str, Any] = {"num_requests": 64, "rate": 8.0}
+# builder kwargs of one workload only (code_edit's answers capped at 256 tokens)
+WORKLOAD_KWARGS: dict[str, dict[str, Any]] = {"code_edit": {"max_output": 256}}
 
 
 def parse_spec(text: str) -> dict[str, Any]:
@@ -35,16 +37,18 @@ def parse_spec(text: str) -> dict[str, Any]:
 def spec_replay_rows(cfg: EngineConfig, spec: str, workload: str = "code_edit", kwargs_json: str | None = None,
                      seed: int = 0, progress: bool = True) -> list[dict[str, Any]]:
     """Build an engine of ``cfg`` with ``spec`` (`parse_spec`), replay ``workload`` (its builder
-    kwargs: `DEFAULT_KWARGS` updated by ``kwargs_json``) on it, shut it down; return its step
-    records as rows with ``phase="spec"`` and ``case=-1``."""
+    kwargs: `DEFAULT_KWARGS` and the workload's `WORKLOAD_KWARGS`, updated by ``kwargs_json``) on
+    it, shut it down; return its step records as rows with ``phase="spec"`` and ``case=-1``
+    (`profiler.step_rows`)."""
     from twinserve.core.workload import build as build_workload
     from twinserve.engine.engine import Engine
+    from twinserve.engine.profiler import step_rows
     from twinserve.engine.replay import replay_workload
 
     if not (Path(str(cfg.model)) / "tokenizer_config.json").is_file():
         raise UserError(f"--spec-replay needs a model directory with a tokenizer and chat template, not "
                         f"{cfg.model!r} (e.g. twinserve-make-model --from-gguf smollm2-135m --out DIR)")
-    kw = {**DEFAULT_KWARGS, **(json.loads(kwargs_json) if kwargs_json else {})}
+    kw = {**DEFAULT_KWARGS, **WORKLOAD_KWARGS.get(workload, {}), **(json.loads(kwargs_json) if kwargs_json else {})}
     wl = build_workload(workload, tokenizer=str(cfg.model), seed=seed + SEED_OFFSET, **kw)
     eng = Engine(replace(cfg, spec=parse_spec(spec)))
     try:
@@ -53,4 +57,4 @@ def spec_replay_rows(cfg: EngineConfig, spec: str, workload: str = "code_edit", 
                                      engine=eng, answers=False, warmup=eng.device.type == "cuda")
     finally:
         eng.shutdown()
-    return [{**r.as_row(), "phase": "spec", "case": -1} for r in records]
+    return step_rows(records, "spec", -1)

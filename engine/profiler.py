@@ -5,8 +5,8 @@
 
 Every row written is one of the engine's own `StepRecord`s (the scheduler's batch features and
 the device-measured duration and host ``cpu_s``), plus a ``phase`` column (``grid``,
-``replay`` or, with ``--spec-replay``, ``spec``: `engine.profile_spec`) and the grid case that produced it (``case``; -1 for the replay). Step shapes are
-forced only through what a client controls: prompt lengths, ``max_tokens`` with ``ignore_eos``,
+``replay`` or, with ``--spec-replay``, ``spec``: `engine.profile_spec`) and the grid case that
+produced it (``case``; -1 for the replays). Step shapes are forced only through what a client controls: prompt lengths, ``max_tokens`` with ``ignore_eos``,
 arrival order and, for prefix hits, a first request that leaves its prompt in the radix cache.
 """
 
@@ -190,7 +190,8 @@ def run_case(drv: _Driver, case: Case, grid: ProfileGrid) -> None:
     drv.drain(maybe_mix)
 
 
-def _rows(records: Sequence[Any], phase: str, case: int) -> list[dict[str, Any]]:
+def step_rows(records: Sequence[Any], phase: str, case: int) -> list[dict[str, Any]]:
+    """The profile's rows of ``records``: each `StepRecord.as_row` with its ``phase`` and ``case``."""
     return [{**r.as_row(), "phase": phase, "case": case} for r in records]
 
 
@@ -233,7 +234,7 @@ def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float | None, repla
             break
         n0 = len(eng.steps)
         run_case(drv, case, grid)
-        rows += _rows(eng.steps[n0:], "grid", i)
+        rows += step_rows(eng.steps[n0:], "grid", i)
         eng.flush_cache()
         run += 1
         if bar is not None:
@@ -254,7 +255,7 @@ def profile_engine(eng: Engine, grid: ProfileGrid, budget_s: float | None, repla
 
         n0 = len(eng.steps)
         replay_workload(eng.cfg, wl, progress=progress, engine=eng)
-        rows += _rows(eng.steps[n0:], "replay", -1)
+        rows += step_rows(eng.steps[n0:], "replay", -1)
     info = {"device": str(eng.device), "dtype": str(eng.dtype).replace("torch.", ""),
             "num_pages": sc.num_pages, "page_size": sc.page_size, "overlap": bool(eng.overlap),
             "cases_run": run, "cases_total": len(cases), "cases_unfit": skipped,
@@ -305,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(e.g. ngram:8; rows of phase 'spec'; needs a model directory with a chat template)")
     ap.add_argument("--spec-workload", default="code_edit", help="workload of the speculative phase")
     ap.add_argument("--spec-kwargs", default=None,
-                    help="JSON kwargs of its builder (default: 64 requests at 8 req/s, outputs up to 256)")
+                    help="JSON kwargs of its builder (default: 64 requests at 8 req/s; code_edit outputs up to 256)")
     ap.add_argument("--num-pages", type=int, default=None)
     ap.add_argument("--cpu-kv-tokens", type=int, default=65536)
     ap.add_argument("--work-dir", default="/tmp/twinserve-profile")

@@ -31,3 +31,11 @@ def test_a_code_edit_replay_with_prompt_lookup_records_verify_steps(real_model_d
     assert all(r["spec_num_draft_tokens"] > 0 for r in verify)
     assert all(r["verify_rows"] <= r["num_seqs"] for r in rows)
     assert all(r.get("spec_num_draft_tokens", 0) == 0 for r in rows if r["verify_rows"] == 0)
+
+
+def test_a_workload_gets_only_its_own_default_kwargs(real_model_dir) -> None:
+    """code_edit's output cap is not passed to another workload's builder."""
+    cfg = EngineConfig(model=str(real_model_dir), device="cpu", dtype="float32", cpu_kv_tokens=8192)
+    rows = spec_replay_rows(cfg, "ngram:4", "questions", '{"num_requests": 2, "rate": 1000, "output_len": 8}',
+                            progress=False)
+    assert rows and {r["phase"] for r in rows} == {"spec"}
