@@ -13,6 +13,7 @@ from twinserve.core.graph_plan import GraphPlan, piece_step_of
 if TYPE_CHECKING:
     from twinserve.core.request import Req
 
+
 def verify_step_of(verify_rows: Any) -> Any:
     """1 where a step has rows that verify a draft (``verify_rows > 0``), else 0; on ints,
     floats or arrays. Such a step's launch scores every draft position and waits for the

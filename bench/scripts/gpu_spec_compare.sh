@@ -17,8 +17,8 @@ GPU=$(python3 -c "import torch; from twinserve.experiments.calibrate import gpu_
 mkdir -p "$OUT_DIR/cal" "$WORK"
 CAL=$(cd "$OUT_DIR/cal" && pwd)
 mkdir -p "$WORK/stdlib"
-python3 -c 'import shutil, sys, sysconfig; from twinserve.core.workload.text import CODE_MODULES
-for m in CODE_MODULES: shutil.copy(sysconfig.get_paths()["stdlib"] + "/" + m + ".py", sys.argv[1])' "$WORK/stdlib"
+python3 -c 'import shutil, sys; from twinserve.core.workload.text import module_sources
+for p in module_sources(): shutil.copy(p, sys.argv[1])' "$WORK/stdlib"
 timeout $((${CAL_BUDGET:-90} + 240)) python3 -m twinserve.experiments.calibrate --model "$MODEL" --device cuda \
   --budget-s "${CAL_BUDGET:-90}" --gpu "$GPU" --steps-out "$WORK/profile_steps.parquet" --spec-replay "ngram:${K:-8}" \
   --out "$OUT_DIR/cal/${GPU}_${NAME}_tp1.json" > "$OUT_DIR/cal.log" 2>&1

@@ -88,14 +88,19 @@ class CodeFunction:
     source: str
 
 
+def module_sources(modules: Sequence[str] = CODE_MODULES, stdlib_dir: str | None = None) -> list[Path]:
+    """The source file of each of ``modules`` in ``stdlib_dir`` (default: the running
+    interpreter's standard library), whether it exists or not."""
+    root = Path(stdlib_dir or sysconfig.get_paths()["stdlib"])
+    return [root / f"{mod}.py" for mod in modules]
+
+
 def stdlib_functions(modules: Sequence[str] = CODE_MODULES, min_lines: int = 6, max_lines: int = 30,
                      stdlib_dir: str | None = None) -> list[CodeFunction]:
     """The top-level functions of ``modules`` whose source has ``min_lines``..``max_lines``
     lines, in module then file order (read from the source files, nothing is imported)."""
-    root = Path(stdlib_dir or sysconfig.get_paths()["stdlib"])
     out: list[CodeFunction] = []
-    for mod in modules:
-        path = root / f"{mod}.py"
+    for mod, path in zip(modules, module_sources(modules, stdlib_dir)):
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8")
