@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.core.batch import verify_step_of
+from twinserve.core.batch import prompt_rows_of, verify_step_of
 from twinserve.core.graph_plan import (HYBRID_FULL_MAX_SEQS, MAX_GRAPH_BS, MAX_RUNNING, TOKEN_GRAPH_MODES, attn_tile_of,
                                        piece_step_of)
 from twinserve.simulator.cost.calibration import (WAVE_COUNT, LinearFit, TokenGraphSplit, factor_value,
@@ -169,14 +169,16 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
-    ``graph_replay``, ``wide_tiles``, ``attn_tile``, ``verify_rows`` and derived ``piece_step``
-    (`core.graph_plan.piece_step_of`) and ``verify_step`` (`core.batch.verify_step_of`)
+    ``graph_replay``, ``wide_tiles``, ``attn_tile``, ``verify_rows``, ``first_decodes`` and derived ``piece_step``
+    (`core.graph_plan.piece_step_of`), ``verify_step`` (`core.batch.verify_step_of`) and
+    ``prompt_rows`` (`core.batch.prompt_rows_of`)
     columns; profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
     `graph_replays`; wide tiles: `core.graph_plan.wide_tiles_of` with the default ``max_graph_bs``
     and ``max_running``; no tile, 0: a profile does not record the model's GQA group,
-    `with_attn_tile` adds the column from it; 1 verify row where a step had draft tokens)."""
+    `with_attn_tile` adds the column from it; 1 verify row where a step had draft tokens; no first
+    decodes)."""
     add = {}
     if "decode_unique_ctx" not in steps:
         add["decode_unique_ctx"] = steps["decode_ctx"]
@@ -196,11 +198,15 @@ def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     if "verify_rows" not in steps:  # recorded before the field: a step with draft tokens verified some
         drafted = steps["spec_num_draft_tokens"] if "spec_num_draft_tokens" in steps else 0
         add["verify_rows"] = (pd.Series(drafted, index=steps.index).fillna(0) > 0).astype(np.int64)
+    if "first_decodes" not in steps:  # recorded before the field: unknown, none counted
+        add["first_decodes"] = np.zeros(len(steps), dtype=np.int64)
     out = steps.assign(**add) if add else steps
     if "piece_step" not in out:  # derived, never recorded
         out = out.assign(piece_step=piece_step_of(out["graph_replay"], out["eager_step"]).astype(np.int64))
     if "verify_step" not in out:
         out = out.assign(verify_step=verify_step_of(out["verify_rows"]).astype(np.int64))
+    if "prompt_rows" not in out:
+        out = out.assign(prompt_rows=prompt_rows_of(out["num_prefills"], out["verify_rows"]).astype(np.int64))
     return out
 
 

@@ -21,6 +21,13 @@ def verify_step_of(verify_rows: Any) -> Any:
     return (verify_rows > 0) * 1
 
 
+def prompt_rows_of(num_prefills: Any, verify_rows: Any) -> Any:
+    """Rows of a step that compute a prompt chunk: its prefill rows less those that verify a
+    draft (a verify row is counted among the prefills); on ints, floats or arrays. After
+    launching such a row, a speculating engine's loop checks whether the request may draft."""
+    return num_prefills - verify_rows
+
+
 @dataclass(frozen=True, slots=True)
 class BatchFeatures:
     """Cost-model inputs of one step; the engine logs them, the simulator consumes them.
@@ -46,7 +53,10 @@ class BatchFeatures:
     or a whole-step replay). ``piece_step`` (derived, not a field: `piece_step_of`) is 1 for a
     step that is neither one replay nor eager: it runs the pieces. ``verify_rows`` counts the
     rows that verify a draft (speculative decoding, ``Batch.drafts``); ``verify_step``
-    (derived) is 1 when there is one.
+    (derived) is 1 when there is one, and ``prompt_rows`` (derived) counts the prefill rows that
+    are not verify rows. ``first_decodes`` counts the decode rows that are their request's first
+    decode (the step samples its second output token): an engine launches those with more host
+    work. Invariant: ``0 <= first_decodes <= num_decodes``.
     """
 
     num_seqs: int = 0
@@ -66,6 +76,7 @@ class BatchFeatures:
     wide_tiles: int = 0
     attn_tile: int = 0
     verify_rows: int = 0
+    first_decodes: int = 0
 
     @property
     def piece_step(self) -> int:
@@ -76,6 +87,11 @@ class BatchFeatures:
     def verify_step(self) -> int:
         """1 when a row of the step verifies a draft (`verify_step_of`), else 0."""
         return verify_step_of(self.verify_rows)
+
+    @property
+    def prompt_rows(self) -> int:
+        """Prefill rows that compute a prompt chunk (`prompt_rows_of`)."""
+        return prompt_rows_of(self.num_prefills, self.verify_rows)
 
     def __post_init__(self) -> None:
         if self.graph_replay < 0:
@@ -94,7 +110,7 @@ FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
 # Features derived from the fields, by the same formula on one step (`BatchFeatures`, the
 # simulator's `FeatureScalars` and `FeatureColumns`) and on a profile's columns
 # (`calibration.linear.with_derived_features`): calibration terms may read them too.
-DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step", "verify_step")
+DERIVED_FEATURE_NAMES: tuple[str, ...] = ("piece_step", "verify_step", "prompt_rows")
 
 
 @dataclass(slots=True)
@@ -138,18 +154,21 @@ class Batch:
     def features(self, plan: GraphPlan) -> BatchFeatures:
         """The step's cost-model inputs, its graph fields as ``plan`` runs it."""
         nd = 0
+        first = 0
         decode_ctx = 0
         prefill_tokens = 0
         prefill_ctx = 0
         prefill_attn = 0
         max_ctx = 0
-        for s, n, d in zip(self.starts, self.new_tokens, self.is_decode):
+        for r, s, n, d in zip(self.reqs, self.starts, self.new_tokens, self.is_decode):
             ctx = s + n
             if ctx > max_ctx:
                 max_ctx = ctx
             if d:
                 nd += 1
                 decode_ctx += ctx
+                if r.num_tokens - r.prompt_len == 2:  # its first output and this step's placeholder
+                    first += 1
             else:
                 prefill_tokens += n
                 prefill_ctx += ctx
@@ -174,4 +193,5 @@ class Batch:
             wide_tiles=wide,
             attn_tile=plan.attn_tile(replay, nd, len(self.reqs), new_tokens),
             verify_rows=0 if self.drafts is None else sum(1 for d in self.drafts if d > 0),
+            first_decodes=first,
         )

@@ -45,11 +45,12 @@ class LayerDraftPrice:
     fraction: float
 
     def __call__(self, cost: CostModel, plan: GraphPlan, batch: Batch) -> float:
-        starts = [s for s, d in zip(batch.starts, batch.drafts or ()) if d > 0]
+        rows = [(r, s) for r, s, d in zip(batch.reqs, batch.starts, batch.drafts or ()) if d > 0]
+        reqs, starts = [r for r, _ in rows], [s for _, s in rows]
         n = len(starts)
         total = 0.0
         for j in range(self.k if n else 0):
-            probe = Batch(0, [None] * n, [s + j for s in starts], [1] * n, [True] * n, [0] * n, [True] * n)  # type: ignore[list-item]
+            probe = Batch(0, reqs, [s + j for s in starts], [1] * n, [True] * n, [0] * n, [True] * n)
             f = probe.features(plan)
             total += self.fraction * cost.step_time(f) + cost.host_parts(f).launch
         return total

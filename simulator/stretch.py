@@ -70,7 +70,8 @@ class DecodeStretch:
     def find(cls, sched: StretchScheduler, limit: int) -> DecodeStretch | None:
         """The longest stretch of at most ``limit`` steps, or None when there is none.
 
-        One exists when no batch is in flight, every running request is decoding with
+        One exists when no batch is in flight, every running request is decoding, past its first
+        decode (`BatchFeatures.first_decodes` is 0 in every step), with
         ``ignore_eos`` (or no EOS ids) and no stop ids, nothing can be admitted, and the pages
         those steps need are free or evictable from the prefix cache (no preemption). Assumes
         no arrival during the stretch (the caller's ``limit``).
@@ -88,7 +89,7 @@ class DecodeStretch:
         eos = bool(sched.eos)
         left = limit + 1
         for r in running:
-            if r.num_tokens - r.num_computed != 1 or r.num_tokens == r.prompt_len:
+            if r.num_tokens - r.num_computed != 1 or r.num_tokens - r.prompt_len < 2:  # no first decodes
                 return None
             p = r.params
             if (eos and not p.ignore_eos) or p.stop_token_ids:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from twinserve.core.batch import BatchFeatures, verify_step_of
+from twinserve.core.batch import BatchFeatures, prompt_rows_of, verify_step_of
 from twinserve.core.graph_plan import piece_step_of
 from twinserve.core.registry import Registry
 
@@ -71,6 +71,10 @@ class FeatureColumns:
     def verify_step(self) -> np.ndarray | float:
         return verify_step_of(self.verify_rows)  # type: ignore[attr-defined]
 
+    @property
+    def prompt_rows(self) -> np.ndarray | float:
+        return prompt_rows_of(self.num_prefills, self.verify_rows)  # type: ignore[attr-defined]
+
 
 class FeatureScalars:
     """One step's features as Python floats (so integer products round like the vector path)."""
@@ -88,6 +92,10 @@ class FeatureScalars:
     @property
     def verify_step(self) -> float:
         return verify_step_of(self.verify_rows)  # type: ignore[attr-defined]
+
+    @property
+    def prompt_rows(self) -> float:
+        return prompt_rows_of(self.num_prefills, self.verify_rows)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,11 +227,38 @@ def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
     assert BatchFeatures(new_tokens=7).padded_tokens == 7  # left unset: the new tokens
     s = make_sched(cache="none")
     for i in range(10):
-        s.add(make_req(i, 3, max_tokens=4))
+        s.add(make_req(i, 3, max_tokens=5))
     step(s, 0)
+    assert DecodeStretch.find(s, 2) is None  # the next step holds first decodes: no stretch
+    step(s, 1)
     f = DecodeStretch.find(s, 2).features(2, GraphPlan(max_graph_bs=8))
     assert [(x.padded_tokens, x.eager_step) for x in f] == [(16, 0), (16, 0)]  # 10 decodes > 8: pieces
     big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024)
     big.add(make_req(0, 3000, max_tokens=2))
     g = big.schedule(0).features(GraphPlan(piecewise_max_tokens=2048))
     assert (g.padded_tokens, g.eager_step) == (3000, 1)
+
+
+def test_a_requests_first_decode_is_counted_in_its_step_features() -> None:
+    """`BatchFeatures.first_decodes`: decode rows that sample their request's second output,
+    whether the first is known (a completed step) or still in flight (overlap scheduling)."""
+    from twinserve.core.graph_plan import GraphPlan
+
+    plan = GraphPlan()
+    s = make_sched(cache="none")
+    s.add(make_req(0, 5, max_tokens=4))
+    b = s.schedule(0)
+    assert b.features(plan).first_decodes == 0  # the prefill
+    s.complete(b, [7], 1.0)
+    s.add(make_req(1, 5, max_tokens=4))
+    b = s.schedule(1)
+    f = b.features(plan)
+    assert (f.num_decodes, f.num_prefills, f.first_decodes) == (1, 1, 1)
+    s.complete(b, [7, 7], 2.0)
+    f = s.schedule(2).features(plan)
+    assert (f.num_decodes, f.first_decodes) == (2, 1)  # request 1's first, request 0's second
+    o = make_sched(cache="none")
+    o.add(make_req(0, 5, max_tokens=4))
+    o.schedule(0)
+    f = o.schedule(0.5).features(plan)  # the prefill's token still in flight
+    assert (f.num_decodes, f.first_decodes) == (1, 1)

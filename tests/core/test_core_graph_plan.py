@@ -36,7 +36,7 @@ def test_the_scheduling_records_hold_no_engine_fields():
 
 def test_a_step_takes_the_features_of_the_plan_it_runs_under():
     class R:  # just what Batch.features reads
-        pass
+        num_tokens = prompt_len = 0
 
     b = Batch(0, [R(), R()], [0, 100], [300, 1], [True, True], [0, 0], [False, True])
     assert b.features(DEFAULT_PLAN).padded_tokens == 320  # a token graph's padded size (32 apart here)

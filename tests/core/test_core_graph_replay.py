@@ -54,7 +54,7 @@ def test_the_features_mark_wide_tiles_for_large_whole_steps():
     from twinserve.core.batch import Batch
 
     class R:  # just what Batch.features reads
-        pass
+        num_tokens = prompt_len = 0
 
     reqs = [R() for _ in range(3)]
     b = Batch(0, reqs, [0, 100, 200], [400, 1, 1], [True] * 3, [0] * 3, [False, True, True])
@@ -84,8 +84,8 @@ def test_hybrid_replays_decode_heavy_steps_within_the_running_cap_whole():
 def test_the_plans_decode_heavy_flag_and_running_cap_reach_the_features():
     from twinserve.core.batch import Batch
 
-    class R:
-        pass
+    class R:  # just what Batch.features reads
+        num_tokens = prompt_len = 0
 
     reqs = [R() for _ in range(40)]
     args = (0, reqs, [100] * 39 + [0], [1] * 39 + [200], [True] * 40, [0] * 40, [True] * 39 + [False])
@@ -103,8 +103,8 @@ def test_wider_token_graphs_replay_larger_decode_heavy_steps_whole():
     ``max_running`` rows send it to the pieces; below ``max_running`` the cap still holds."""
     from twinserve.core.batch import Batch
 
-    class R:
-        pass
+    class R:  # just what Batch.features reads
+        num_tokens = prompt_len = 0
 
     reqs = [R() for _ in range(201)]
     args = (0, reqs, [100] * 200 + [0], [1] * 200 + [100], [True] * 201, [0] * 201, [True] * 200 + [False])
@@ -125,8 +125,8 @@ def test_piece_step_marks_the_steps_that_run_the_pieces():
     from twinserve.core.batch import Batch
     from twinserve.core.graph_plan import piece_step_of
 
-    class R:
-        pass
+    class R:  # just what Batch.features reads
+        num_tokens = prompt_len = 0
 
     def feats(n_dec: int, prefill: int, mode: str = "hybrid") -> BatchFeatures:
         reqs = [R() for _ in range(n_dec + 1)]
@@ -181,7 +181,7 @@ def test_a_plans_gqa_group_sets_the_attention_tiles():
     from twinserve.core.batch import Batch
 
     class R:  # just what Batch.features reads
-        pass
+        num_tokens = prompt_len = 0
 
     reqs = [R() for _ in range(3)]
     args = (0, reqs, [0, 100, 200], [40, 1, 1], [True] * 3, [0] * 3, [False, True, True])

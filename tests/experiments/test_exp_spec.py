@@ -154,10 +154,11 @@ def test_layer_draft_price_is_a_fraction_of_decode_steps() -> None:
     from twinserve.simulator.hardware import get_hardware
 
     cost = RooflineCostModel(get_shape("llama3-8b"), get_hardware("h200"))
-    batch = Batch(1, [None] * 3, [100, 200, 50], [3, 1, 1], [True] * 3, [0, 0, 0], [False, True, True], drafts=[2, 0, 0])
+    r = type("R", (), {"num_tokens": 0, "prompt_len": 0})()  # what Batch.features reads of a request
+    batch = Batch(1, [r] * 3, [100, 200, 50], [3, 1, 1], [True] * 3, [0, 0, 0], [False, True, True], drafts=[2, 0, 0])
 
     def decode(ctx: int) -> float:
-        f = Batch(0, [None], [ctx], [1], [True], [0], [True]).features(DEFAULT_PLAN)
+        f = Batch(0, [r], [ctx], [1], [True], [0], [True]).features(DEFAULT_PLAN)
         return cost.step_time(f) + cost.host_parts(f).launch
 
     one = LayerDraftPrice(k=1, fraction=1.0)(cost, DEFAULT_PLAN, batch)
@@ -165,10 +166,10 @@ def test_layer_draft_price_is_a_fraction_of_decode_steps() -> None:
     four = LayerDraftPrice(k=4, fraction=1.0)(cost, DEFAULT_PLAN, batch)
     assert four == pytest.approx(sum(decode(100 + j) for j in range(4)))
     half = LayerDraftPrice(k=4, fraction=0.5)(cost, DEFAULT_PLAN, batch)
-    launch = sum(cost.host_parts(Batch(0, [None], [100 + j], [1], [True], [0], [True]).features(DEFAULT_PLAN)).launch
+    launch = sum(cost.host_parts(Batch(0, [r], [100 + j], [1], [True], [0], [True]).features(DEFAULT_PLAN)).launch
                  for j in range(4))
     assert half == pytest.approx(launch + 0.5 * (four - launch))
-    plain = Batch(1, [None], [100], [1], [True], [0], [True])
+    plain = Batch(1, [r], [100], [1], [True], [0], [True])
     assert LayerDraftPrice(k=4, fraction=1.0)(cost, DEFAULT_PLAN, plain) == 0.0
 
 

@@ -82,12 +82,15 @@ def test_a_stretch_is_applied_once_and_only_for_its_length() -> None:
         st.apply(np.arange(1.0, 2.0))
 
 
-def test_no_stretch_while_a_batch_is_in_flight_or_a_request_prefills() -> None:
+def test_no_stretch_while_a_batch_is_in_flight_a_request_prefills_or_first_decodes() -> None:
     s = _sched("fcfs", "radix", 60)
     assert DecodeStretch.find(s, 10) is None  # everything still waits
     b = s.schedule(0.0)
     assert DecodeStretch.find(s, 10) is None  # in flight
     s.complete(b, batch_tokens(b), 1.0)
+    assert DecodeStretch.find(s, 10) is None  # the next step holds first decodes (`first_decodes`)
+    b = s.schedule(1.0)
+    s.complete(b, batch_tokens(b), 2.0)
     assert DecodeStretch.find(s, 10) is not None
 
 
