@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from twinserve.core.errors import UserError
 from twinserve.core.request import Req
+from twinserve.core.spec import SpecConfig
+from twinserve.core.spec_ngram import NgramIndex
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,24 @@ class AcceptanceModel:
         if len(vals) != k:
             raise UserError(f"spec.acceptance has {len(vals)} rates, spec.num_tokens is {k}", key="spec.acceptance")
         return cls(tuple(vals), tuple([0.0] * k + [1.0]), seed)
+
+
+def may_draft_after(accept: AcceptanceModel, cfg: SpecConfig) -> Callable[[Req], bool] | None:
+    """The simulator's `SpecDecoding` ``may_after``: whether a request might draft once its
+    pending token is known. Right after its prompt, with a token-only proposer (prompt lookup),
+    (``ngram``) that depends on the prompt alone, which the simulator has, so
+    `NgramIndex.may_match_after` answers it exactly as the engine's check does; later tokens are the engine's, which the
+    simulator lacks, so ``accept``'s measured no-match rate decides (None: always, with neither)."""
+    exact = cfg.method == "ngram"
+    if not exact and accept.no_match_rate <= 0.0:
+        return None
+
+    def may(r: Req) -> bool:
+        if exact and r.num_tokens - 1 == r.prompt_len:
+            return NgramIndex(cfg.ngram_min, cfg.ngram_max).may_match_after(r.tokens[: r.prompt_len])
+        return accept.may_draft_after(r)
+
+    return may
 
 
 def read_acceptance_file(path: str | Path) -> dict[str, Any]:

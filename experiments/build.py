@@ -14,7 +14,7 @@ from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
 from twinserve.core.run_config import from_cfg
 from twinserve.core.spec import SpecConfig
-from twinserve.core.spec_accept import AcceptanceModel, read_acceptance_file
+from twinserve.core.spec_accept import AcceptanceModel, may_draft_after, read_acceptance_file
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.core.workload import Workload, build as build_workload_by_name
 from twinserve.simulator.cost import COST_MODELS, CostModel, find_calibration
@@ -134,8 +134,7 @@ def scheduler_factory(cfg: Mapping[str, Any], sc: SchedulerConfig, checked: bool
             scheduling_kwargs=pol.scheduling_kwargs, memory_kwargs=pol.memory_kwargs,
             cache_kwargs=pol.cache_kwargs, eos_token_ids=rc.eos_token_ids, checked=checked)
         if accept is not None:
-            s.spec = SpecDecoding(spec, accept.propose, hinted=True,
-                                  may_after=accept.may_draft_after if accept.no_match_rate > 0 else None)
+            s.spec = SpecDecoding(spec, accept.propose, hinted=True, may_after=may_draft_after(accept, spec))
             s.spec.draft_price = price
         made.append(s)
         return s

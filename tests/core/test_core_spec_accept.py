@@ -66,3 +66,26 @@ def test_no_match_rate_from_counters_and_its_draws():
     assert abs(1 - sum(draws) / len(draws) - 0.75) < 0.07
     with pytest.raises(UserError):
         AcceptanceModel((0.5,), (0.5, 0.5), no_match_rate=1.5)
+
+
+def test_the_check_after_a_prompt_reads_the_prompt_and_later_ones_the_measured_rate():
+    """Right after its prompt, whether prompt lookup may draft depends on the prompt alone
+    (`NgramIndex.may_match_after`): the simulator answers it exactly, whatever the engine's
+    no-match rate; past the first output that rate decides."""
+    from twinserve.core.request import PLACEHOLDER
+    from twinserve.core.spec import SpecConfig
+    from twinserve.core.spec_accept import may_draft_after
+
+    cfg = SpecConfig(method="ngram", num_tokens=4)  # ngram_min 3: the last 2 tokens must recur
+    never = AcceptanceModel((0.5,) * 4, (0.0,) * 4 + (1.0,), no_match_rate=1.0)
+    always = AcceptanceModel((0.5,) * 4, (0.0,) * 4 + (1.0,), no_match_rate=0.0)
+    repeat, fresh = make_req(0, [5, 6, 9, 1, 5, 6]), make_req(1, [5, 6, 9, 1, 2, 3])
+    for r in (repeat, fresh):
+        r.append_placeholder()
+        assert r.tokens[r.num_tokens - 1] == PLACEHOLDER
+    assert may_draft_after(never, cfg)(repeat) and not may_draft_after(always, cfg)(fresh)
+    repeat.set_output(0, 7, 0.0)
+    repeat.append_placeholder()  # past the first output: the measured rate
+    assert not may_draft_after(never, cfg)(repeat) and may_draft_after(always, cfg)(repeat)
+    # a method without a token-only proposer and no measured no-match: no check at all
+    assert may_draft_after(always, SpecConfig(method="draft", num_tokens=4, draft="layers:2")) is None
