@@ -13,7 +13,7 @@ from twinserve.simulator.cost.calibration import (
     Calibration, CpuFit, DecodeLines, LinearFit, Provenance, Residuals, SizeTable, check_terms,
 )
 from twinserve.calibration.clock import drift_corrected
-from twinserve.calibration.host_fit import fit_host
+from twinserve.calibration.host_fit import fit_host, spec_phase_rows
 from twinserve.calibration.linear import (
     FOLDS, REGIME_NAMES, fit_linear, fit_values, fold_ids, mape, nnls_rows, out_of_fold, regime_of,
     profile_workload, term_matrix, token_graph_split, with_derived_features,
@@ -186,7 +186,7 @@ def fit_calibration(
         launch = steps["launch_s"].to_numpy(np.float64)
         long = steps["duration"].to_numpy(np.float64) > DEVICE_BOUND_RATIO * launch
         host, normal = hres.fit, ~(hres.slow.to_numpy(bool) & ~tl["graph"].to_numpy(bool) & ~long)
-        usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal
+        usable = tl["device_ok"].to_numpy(bool) & np.isfinite(y_all) & (y_all > 0) & normal & ~spec_phase_rows(steps)
         if host is not None:
             host.sync_graph, host.sync_eager = sync
     else:

@@ -23,7 +23,7 @@ things the plain per-part fits would get wrong are handled here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -38,11 +38,11 @@ from twinserve.calibration.timeline import has_timeline, launch_work, runs_of, t
 
 HOST_TERMS: Mapping[str, Sequence[str]] = {
     "sched": ("1", "num_seqs", "new_tokens", "verify_step"),
-    "launch": ("1", "num_seqs", "new_tokens", "eager_step", "piece_step", "verify_step"),
+    "launch": ("1", "num_seqs", "new_tokens", "eager_step", "piece_step", "verify_step", "first_decodes"),
     "complete": ("1", "num_seqs", "verify_step"),
-    "loop": ("1", "num_seqs"),
+    "loop": ("1", "num_seqs", "prompt_rows"),
     "pre": ("1", "num_seqs"),
-    "post": ("1", "num_seqs"),
+    "post": ("1", "num_seqs", "prompt_rows", "verify_step"),
 }
 # The engine's per-step timeline columns (`Engine` docstring) that `fit_host` needs.
 TIMELINE_COLUMNS: tuple[str, ...] = ("iter_start", "sched_s", "launch_s", "launch_end", "tokens_at",
@@ -52,6 +52,13 @@ IDLE_BACKLOG_S = 1e-5     # a graph launch "found the device idle" below this ba
 MIN_IDLE_ROWS = 20        # fewer idle graph launches than this: no pre part is fitted
 EPISODE_ROUNDS = 3        # detect episodes, refit without them, detect again ...
 MIN_WAKE_ROWS = 10        # fewer woken steps (or wake_s values) than this: that wake part is 0
+MIN_SPEC_ROWS = 50        # fewer speculative-phase rows than this: no `HostFit.spec`
+SPEC_PHASE = "spec"       # the profile's ``phase`` of an engine that speculates (engine/profile_spec.py)
+VERIFY_REGIME = "verify"  # the host launch regime of steps with verify rows (`host_regime`)
+HOST_REGIMES: tuple[str, ...] = (*REGIME_NAMES, VERIFY_REGIME)
+# terms nonzero on few rows (a speculating engine's prompt chunks, first decodes), fitted by `_rare_terms`
+RARE_TERMS: tuple[str, ...] = ("prompt_rows", "first_decodes")
+MIN_RARE_ROWS = 5
 
 
 def loop_overhead(steps: pd.DataFrame) -> pd.Series:
@@ -92,10 +99,24 @@ def idle_before(steps: pd.DataFrame) -> pd.Series:
 
 
 def _wake_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
-               woke: np.ndarray) -> tuple[LinearFit, LinearFit]:
-    """``(wake, wake_launch)`` of `HostFit`: the median ``wake_s`` and the median launch work
-    of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against the
-    regime's launch plus a waiting graph's ``pre``), each 0 with fewer than ``MIN_WAKE_ROWS``."""
+               woke: np.ndarray) -> tuple[LinearFit, LinearFit, LinearFit]:
+    """``(wake, wake_launch, wake_post)`` of `HostFit`: the median ``wake_s``, the median launch
+    work of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against
+    the regime's launch plus a waiting graph's ``pre``) and the median of their graph launches'
+    work after the replay beyond ``fit.post``; each 0 with fewer than ``MIN_WAKE_ROWS``."""
+    zero = LinearFit(["1"], [0.0])
+    wake_post = zero
+    rows = woke & np.isfinite(y.woke_post) & (y.woke_post >= 0)
+    if rows.sum() >= MIN_WAKE_ROWS:
+        extra = y.woke_post[rows] - fit_values(fit.post, st.loc[rows])
+        wake_post = LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, int(rows.sum()), 0)
+    wake, wake_launch = _wake_launch_fits(st, y, fit, tl, woke)
+    return wake, wake_launch, wake_post
+
+
+def _wake_launch_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
+                      woke: np.ndarray) -> tuple[LinearFit, LinearFit]:
+    """``(wake, wake_launch)`` of `_wake_fits`."""
     zero = LinearFit(["1"], [0.0])
     wake = zero
     if "wake_s" in st:
@@ -140,7 +161,7 @@ class _Targets:
 
     def __init__(self, steps: pd.DataFrame, st: pd.DataFrame, tl: pd.DataFrame | None,
                  sync: tuple[bool, bool]) -> None:
-        self.regime = regime_of(st).to_numpy()
+        self.regime = host_regime(st)
         if tl is None:
             self.launch = st["launch_s"].to_numpy(np.float64)
         else:
@@ -149,12 +170,14 @@ class _Targets:
         self.complete = st["complete_s"].to_numpy(np.float64)
         o = loop_overhead(steps).reindex(st.index).to_numpy(np.float64)
         ok = np.isfinite(o) & (o >= 0)
+        self.loop_short = ok & (o <= WAKE_IDLE_S)  # no idle wait in it (`_rare_terms` reads these)
         if ok.sum() >= 5:
             ok &= o <= 3.0 * np.median(o[ok]) + 1e-5
         self.loop, self.loop_ok = o, ok
         self.idle = np.zeros(len(st), dtype=bool)
         self.whole = np.full(len(st), np.nan)
         self.post = np.full(len(st), np.nan)
+        self.woke_post = np.full(len(st), np.nan)
         if "replay_end" in st:
             self.post = (st["launch_end"] - st["replay_end"]).to_numpy(np.float64)
         if tl is None or not sync[0]:
@@ -171,8 +194,11 @@ class _Targets:
         self.idle, self.whole = idle, whole
 
     def leave_out_launches(self, rows: np.ndarray) -> None:
-        """Keep ``rows``' launches out of the launch and ``pre`` fits (the woken steps)."""
+        """Keep ``rows``' launches out of the launch, ``pre`` and ``post`` fits (the woken steps);
+        their ``post`` moves to ``woke_post``."""
         self.launch = np.where(rows, np.nan, self.launch)
+        self.woke_post = np.where(rows, self.post, np.nan)
+        self.post = np.where(rows, np.nan, self.post)
         self.idle = self.idle & ~rows
 
 
@@ -194,8 +220,9 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     work with the waits taken out, and the graph launch's ``pre`` part when graph launches
     block, ``sync[0]``); without it the launch fits read ``launch_s``. Each part is NNLS on
     relative error with the worst ``HOST_TRIM`` of rows left out (single stalls should not set
-    the typical time); ``launch`` per regime. Loop overheads count only iterations followed at
-    once by another (below 3x their median). ``episodes``: refit without the slow-host episodes
+    the typical time); ``launch`` per regime (`host_regime`). Loop overheads count only
+    iterations followed at once by another (below 3x their median; `_rare_terms` reads every
+    loop without an idle wait). ``episodes``: refit without the slow-host episodes
     that the previous fit reveals, until they stop changing (``EPISODE_ROUNDS`` at most; module
     docstring); ``slow_factor`` is measured against the final fit."""
     steps = with_derived_features(steps)
@@ -208,23 +235,40 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     y = _Targets(steps, st, tl, sync)
     woke = (idle_before(st) > WAKE_IDLE_S).to_numpy()
     y.leave_out_launches(woke)
+    spec = spec_phase_rows(st)
+    base = ~spec if (~spec).sum() >= 10 else np.ones(len(st), dtype=bool)
     slow = np.zeros(len(st), dtype=bool)
-    fit = _fit_parts(st, y, ~slow, rng, terms)
+    fit = _fit_parts(st, y, base, rng, terms)
     if fit is None:
         return HostFitResult(fit, none)
     for _ in range(EPISODE_ROUNDS if episodes else 0):  # detect against the fit of the rows outside, refit
-        found, factor = slow_episodes(st, _host_ratio(st, y, fit))
+        found, factor = slow_episodes(st, np.where(base, _host_ratio(st, y, fit), np.nan))
+        found &= base
         if found.all() or np.array_equal(found, slow):
             break
         slow = found
-        fit = _fit_parts(st, y, ~slow, rng, terms) or fit
-    fit.wake, fit.wake_launch = _wake_fits(st, y, fit, tl, woke)  # wake_idle_s: the default, WAKE_IDLE_S
+        fit = _fit_parts(st, y, base & ~slow, rng, terms) or fit
+    fit.wake, fit.wake_launch, fit.wake_post = _wake_fits(st, y, fit, tl, woke)  # wake_idle_s: WAKE_IDLE_S
+    if slow.any():
+        fit.slow_share = float(slow[base].mean())
+        fit.slow_factor = float(np.mean(factor[slow]))
+        fit.slow_episode_s = episode_seconds(st, slow)
+    if spec.sum() >= MIN_SPEC_ROWS and base.sum() < len(st):
+        sp = _fit_parts(st, y, spec, rng, terms)
+        if sp is not None:
+            own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
+            fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
+                               loop=sp.loop, post=sp.post, spec=None)
     if not slow.any():
         return HostFitResult(fit, none)
-    fit.slow_share = float(slow.mean())
-    fit.slow_factor = float(np.mean(factor[slow]))
-    fit.slow_episode_s = episode_seconds(st, slow)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
+
+
+def spec_phase_rows(st: pd.DataFrame) -> np.ndarray:
+    """The rows of the profile's speculative phase (``phase == "spec"``; none without the column)."""
+    if "phase" not in st:
+        return np.zeros(len(st), dtype=bool)
+    return (st["phase"] == SPEC_PHASE).to_numpy()
 
 
 def episode_seconds(st: pd.DataFrame, slow: np.ndarray) -> float:
@@ -256,9 +300,18 @@ def _host_ratio(st: pd.DataFrame, y: _Targets, fit: HostFit) -> np.ndarray:
                        _log_ratio(y.launch, _launch_pred(fit, st, y.regime))])
 
 
+def host_regime(st: pd.DataFrame) -> np.ndarray:
+    """Per row, the launch regime of the host fits: ``verify`` for a step with verify rows (its
+    launch scores every draft position), else the device regime (`linear.regime_of`)."""
+    regime = regime_of(st).to_numpy().astype(object)
+    if "verify_step" in st:
+        regime[st["verify_step"].to_numpy(np.float64) > 0] = VERIFY_REGIME
+    return regime
+
+
 def _launch_pred(fit: HostFit, st: pd.DataFrame, regime: np.ndarray) -> np.ndarray:
     out = np.zeros(len(st))
-    for name in REGIME_NAMES:
+    for name in HOST_REGIMES:
         sel = regime == name
         if sel.any():
             out[sel] = fit_values(fit.launch.get(name, fit.launch["prefill"]), st.loc[sel])
@@ -274,13 +327,14 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
         return LinearFit(list(t), [float(c) for c in coef], mape, n, nt)
 
     launch: dict[str, LinearFit | None] = {}
-    for name in REGIME_NAMES:
+    for name in HOST_REGIMES:
         mine = (y.regime == name) & np.isfinite(y.launch)
         ok = keep & mine
-        if ok.sum() < 5:  # the episodes took (nearly) all of a regime: its own rows beat another's
+        if ok.sum() < 5 and name != VERIFY_REGIME:  # the episodes took (nearly) all of a regime: its own rows beat another's
             ok = mine
         if ok.sum() >= 5:
-            launch[name] = one(ok, y.launch, terms["launch"])
+            t = [x for x in terms["launch"] if x != "verify_step"] if name == VERIFY_REGIME else terms["launch"]
+            launch[name] = _rare_terms(one(ok, y.launch, t), st, ok, y.launch)
     if "decode" not in launch or "prefill" not in launch:
         launch.setdefault("prefill", launch.get("mixed") or launch.get("decode"))
         launch.setdefault("decode", launch.get("mixed") or launch["prefill"])
@@ -294,11 +348,32 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
     post = LinearFit(["1"], [0.0])
     post_ok = keep & np.isfinite(y.post) & (y.post >= 0)
     if post_ok.sum() >= MIN_IDLE_ROWS:
-        post = one(post_ok, y.post, terms["post"])
+        post = _rare_terms(one(post_ok, y.post, terms["post"]), st, post_ok, y.post)
     loop_ok = keep & y.loop_ok
-    loop = one(loop_ok, y.loop, terms["loop"]) if loop_ok.sum() >= 5 else LinearFit(["1"], [0.0])
+    loop = _rare_terms(one(loop_ok, y.loop, terms["loop"]), st, keep & y.loop_short, y.loop) \
+        if loop_ok.sum() >= 5 else LinearFit(["1"], [0.0])
     return HostFit(sched=one(keep, y.sched, terms["sched"]), launch=launch,  # type: ignore[arg-type]
                    complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre, post=post)
+
+
+def _rare_terms(fit: LinearFit, st: pd.DataFrame, rows: np.ndarray, target: np.ndarray) -> LinearFit:
+    """``fit`` with each of its `RARE_TERMS` coefficients set from the rows where the term is
+    nonzero: the median of their residual against the fit without the term, per unit of the
+    term (at least 0). Such rows are too few for the trimmed fit, which drops them as outliers."""
+    coef = list(fit.coef)
+    for name in RARE_TERMS:
+        if name not in fit.terms:
+            continue
+        i = fit.terms.index(name)
+        sub = st.loc[rows]
+        x = sub[name].to_numpy(np.float64)
+        on = x > 0
+        if on.sum() < MIN_RARE_ROWS:
+            continue
+        coef[i] = 0.0
+        rest = fit_values(LinearFit(fit.terms, coef), sub)
+        coef[i] = max(float(np.median((target[rows][on] - rest[on]) / x[on])), 0.0)
+    return LinearFit(fit.terms, coef, fit.mape, fit.n, fit.n_test)
 
 
 def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from twinserve.calibration.host_fit import SPEC_PHASE
 from twinserve.core.errors import UserError
 from twinserve.engine.config import EngineConfig
 
@@ -57,4 +58,4 @@ def spec_replay_rows(cfg: EngineConfig, spec: str, workload: str = "code_edit", 
                                      engine=eng, answers=False, warmup=eng.device.type == "cuda")
     finally:
         eng.shutdown()
-    return step_rows(records, "spec", -1)
+    return step_rows(records, SPEC_PHASE, -1)

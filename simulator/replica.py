@@ -83,13 +83,15 @@ class Replica(ABC):
     wakes the replica when it waits for work (``idle``); ``busy_s`` sums the wall time of the
     steps it ran; ``num_stretches`` / ``stretch_steps`` count fast-forwarded stretches and their
     steps (0 in modes without fast-forward). ``check`` runs ``check_invariants()`` after every
-    step. The process starts when the replica is built.
+    step. The process starts when the replica is built. A replica whose scheduler speculates
+    prices its steps with ``cost.speculating()``.
     """
 
     mode: ClassVar[str]
 
     def __init__(self, setup: ReplicaSetup) -> None:
-        self.env, self.index, self.sched, self.cost = setup.env, setup.index, setup.sched, setup.cost
+        self.env, self.index, self.sched = setup.env, setup.index, setup.sched
+        self.cost = setup.cost if setup.sched.spec is None else setup.cost.speculating()
         self.steps, self.noise, self.check, self.plan = setup.steps, setup.noise, setup.check, setup.plan
         self._on_finish, self._next_arrival = setup.on_finish, setup.next_arrival
         self.shared = setup.shared

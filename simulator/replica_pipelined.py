@@ -35,7 +35,7 @@ class PipelinedReplica(Replica):
     arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
     an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
     and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
-    work for the first step it launches. No fast-forward here (a batch is always in flight).
+    work for the first step it launches, ``post`` of it after a graph's replay. No fast-forward here (a batch is always in flight).
 
     On a `SharedDevice` an iteration, from ``schedule`` to the start of the next one, is the
     replica's turn in the host's round, and a step starts on the device no earlier than the end
@@ -62,7 +62,7 @@ class PipelinedReplica(Replica):
         prev: tuple[Batch, Any, float, float, float] | None = None  # batch, rec, dev start, end, complete
         dev_end = -math.inf
         wake = cost.wake_parts()
-        woke_launch = 0.0  # extra launch work of the first step after a long idle wait
+        woke = False  # the next step is the first after a long idle wait (more launch work)
         spec = sched.spec
         while True:
             yield from self._take_turn()
@@ -77,7 +77,7 @@ class PipelinedReplica(Replica):
                 yield from self._wait_for_work()
                 if wake.delay > 0.0 and self.shared is None:  # a shared host paid it (`SharedDevice`)
                     yield env.timeout(wake.delay)
-                woke_launch = wake.launch if env.now - idle_from > wake.idle_s else 0.0
+                woke = env.now - idle_from > wake.idle_s
                 continue
             t_host = t
             launched = None
@@ -85,9 +85,9 @@ class PipelinedReplica(Replica):
             if batch is not None:
                 f = batch.features(self.plan)
                 hp = self._host_parts(f, t)
-                if woke_launch:
-                    hp = replace(hp, launch=hp.launch + woke_launch)
-                    woke_launch = 0.0
+                if woke:
+                    hp = replace(hp, launch=hp.launch + wake.launch, post=hp.post + wake.post if hp.graph else hp.post)
+                    woke = False
                 if spec is not None and batch.drafts is not None and spec.draft_price is not None:
                     # the draft model proposes
                     hp = replace(hp, sched=hp.sched + spec.draft_price(cost, self.plan, batch))

@@ -130,11 +130,13 @@ class HostParts:
 class WakeParts:
     """What the engine's loop pays for having sat idle, in seconds: ``delay`` from the arrival
     that ends the wait to the loop's next iteration, and ``launch``, extra launch work of that
-    iteration's step when the wait lasted longer than ``idle_s``. Invariant: all >= 0."""
+    iteration's step when the wait lasted longer than ``idle_s``, of which ``post`` runs after a
+    graph step's replay was enqueued. Invariant: all >= 0, ``post <= launch``."""
 
     delay: float = 0.0
     launch: float = 0.0
     idle_s: float = 0.0
+    post: float = 0.0
 
 
 class CostModel(ABC):
@@ -196,6 +198,11 @@ class CostModel(ABC):
         """The loop's cost of waking from an idle wait (the ``pipeline`` loop pays it). Default:
         nothing."""
         return WakeParts()
+
+    def speculating(self) -> "CostModel":
+        """The model of the same engine when it speculates (its replicas' schedulers have
+        ``spec``). Default: this model."""
+        return self
 
     # ---- many steps (fast-forward) --------------------------------------------------------
     def step_times(self, feats: Sequence[BatchFeatures] | FeatureColumns) -> np.ndarray:

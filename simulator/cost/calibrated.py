@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,6 +97,8 @@ class CalibratedCostModel(CostModel):
                           "tail": _Linear(h.tail), "pre": _Linear(h.pre), "post": _Linear(h.post),
                           **{f"launch/{r}": _Linear(h.launch.get(r, h.launch["prefill"]))
                              for r in ("decode", "prefill", "mixed")}}
+            if "verify" in h.launch:  # steps with verify rows launch apart (`host_fit.host_regime`)
+                self._host["launch/verify"] = _Linear(h.launch["verify"])
         self._graph_launch = self._host["launch/decode"] if h is not None and h.sync_graph else None
 
     def _decode_gpu(self, x: Any, mx: Max) -> Any:
@@ -129,7 +132,13 @@ class CalibratedCostModel(CostModel):
                 d = d + hp["pre"](x, mx) * (0.0 - mx(0.0 - x.padded_decodes, -1.0))
             return d
 
-        launch = _by_regime(x, mx, decode, lambda: hp["launch/prefill"](x, mx), lambda: hp["launch/mixed"](x, mx))
+        def verify(regime: str) -> Callable[[], Any]:  # a step with verify rows launches as `host_parts` says
+            own = hp[f"launch/{regime}"]
+            if "launch/verify" not in hp:
+                return lambda: own(x, mx)
+            return lambda: own(x, mx) + (hp["launch/verify"](x, mx) - own(x, mx)) * x.verify_step
+
+        launch = _by_regime(x, mx, decode, verify("prefill"), verify("mixed"))
         return mx(hp["sched"](x, mx) + launch + hp["complete"](x, mx) + hp["loop"](x, mx), 0.0)
 
     def host_parts(self, f: BatchFeatures) -> HostParts:
@@ -138,7 +147,8 @@ class CalibratedCostModel(CostModel):
             return super().host_parts(f)
         x = FeatureScalars(f)
         regime = "decode" if not f.num_prefills else "prefill" if not f.num_decodes else "mixed"
-        parts = (max(float(hp[k](x, max)), 0.0) for k in ("sched", f"launch/{regime}", "complete", "loop", "tail"))
+        launch = "launch/verify" if f.verify_rows and "launch/verify" in hp else f"launch/{regime}"
+        parts = (max(float(hp[k](x, max)), 0.0) for k in ("sched", launch, "complete", "loop", "tail"))
         graph = bool(f.graph_replay)
         sync = h.sync_graph if graph else h.sync_eager
         pre = max(float(hp["pre"](x, max)), 0.0) if graph and h.sync_graph else 0.0
@@ -163,9 +173,19 @@ class CalibratedCostModel(CostModel):
         h = self.calibration.host
         if h is None:
             return WakeParts()
-        one = BatchFeatures()
-        delay, launch = (max(float(_Linear(fit)(FeatureScalars(one), max)), 0.0) for fit in (h.wake, h.wake_launch))
-        return WakeParts(delay, launch, max(float(h.wake_idle_s), 0.0))
+        one = FeatureScalars(BatchFeatures())
+        delay, launch, post = (max(float(_Linear(fit)(one, max)), 0.0) for fit in (h.wake, h.wake_launch, h.wake_post))
+        return WakeParts(delay, launch, max(float(h.wake_idle_s), 0.0), min(post, launch))
+
+    def speculating(self) -> "CalibratedCostModel":
+        """With a host fit of the profile's speculative phase (`HostFit.spec`): a model whose host
+        parts are those; else this model."""
+        h = self.calibration.host
+        if h is None or h.spec is None:
+            return self
+        out = CalibratedCostModel(replace(self.calibration, host=h.spec), overlap=self.overlap, min_step_s=self._min)
+        out.source = self.source
+        return out
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals

@@ -185,7 +185,11 @@ class HostFit:
     (`host_episodes`); ``slow_episode_s`` their mean length in seconds. After the loop sat idle:
     ``wake``, from the arrival that ends the wait to the loop's start (the engine's ``wake_s``),
     and ``wake_launch``, the extra launch work of the first step when the loop had been idle
-    longer than ``wake_idle_s`` (the other parts are fitted on steps without such a wait)."""
+    longer than ``wake_idle_s`` (the other parts are fitted on steps without such a wait), of
+    which ``wake_post`` more runs after a graph step's replay was enqueued. ``spec``: the same
+    parts for an engine that speculates, fitted on the profile's speculative phase (its loop
+    checks every running request for a possible draft and its verify steps score every draft
+    position, so all its host parts differ); None without one. Invariant: ``spec.spec`` is None."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
@@ -202,15 +206,19 @@ class HostFit:
     wake: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     wake_launch: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     wake_idle_s: float = WAKE_IDLE_S
+    wake_post: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    spec: "HostFit | None" = None
 
     def __post_init__(self) -> None:
         if "decode" not in self.launch or "prefill" not in self.launch:
             raise ValueError("host launch fits need the decode and prefill regimes")
+        if self.spec is not None and self.spec.spec is not None:
+            raise ValueError("a speculating engine's host fit has no speculating fit of its own")
 
     def fits(self) -> list[LinearFit]:
         """Every linear model of the host side (each part, each regime's launch)."""
         return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, self.wake, self.wake_launch,
-                *self.launch.values()]
+                self.wake_post, *self.launch.values()]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
@@ -223,7 +231,18 @@ class HostFit:
                    slow_share=float(d.get("slow_share", 0.0)), slow_factor=float(d.get("slow_factor", 1.0)),
                    slow_episode_s=float(d.get("slow_episode_s", 0.0)),
                    wake=LinearFit(**d.get("wake", zero)), wake_launch=LinearFit(**d.get("wake_launch", zero)),
-                   wake_idle_s=float(d.get("wake_idle_s", WAKE_IDLE_S)))
+                   wake_idle_s=float(d.get("wake_idle_s", WAKE_IDLE_S)),
+                   wake_post=LinearFit(**d.get("wake_post", zero)),
+                   spec=cls.from_dict(d["spec"]) if d.get("spec") else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form `from_dict` reads (no ``spec`` key without a speculating fit)."""
+        d = asdict(self)
+        if self.spec is None:
+            del d["spec"]
+        else:
+            del d["spec"]["spec"]
+        return d
 
 
 @dataclass(slots=True)
@@ -348,8 +367,8 @@ class Calibration:
         d = asdict(self)
         out = {"version": d["version"], "provenance": d["provenance"], "features": d["features"],
                "regimes": d["regimes"], "cpu": d["cpu"], "residuals": d["residuals"]}
-        if d["host"] is not None:
-            out["host"] = d["host"]
+        if self.host is not None:
+            out["host"] = self.host.to_dict()
         if self.decode_offsets:
             out["decode_offsets"] = dict(self.decode_offsets)
         if self.decode_scales:

@@ -296,3 +296,32 @@ def test_sim_overlaps_steps_after_which_no_draft_can_follow(make_cfg: Any, tmp_p
     share = summary["spec"]["spec_decode_num_after_no_match"] / checked
     assert checked > 50 and abs(share - no_match / 100) < 0.15
     assert (summary["spec"]["spec_decode_num_drafts"] == 0) == (no_match == 100)
+
+
+def test_a_speculating_simulation_prices_its_host_with_the_spec_phase_fit(make_cfg: Any, tmp_path: Path) -> None:
+    """A calibration with `HostFit.spec` (the profile's speculative phase): replicas whose
+    schedulers speculate take their host parts from it (`CostModel.speculating`); the same
+    file prices a run without speculation by its plain fit."""
+    from dataclasses import replace
+
+    from twinserve.simulator.cost import Calibration, CpuFit, LinearFit, Provenance
+    from twinserve.simulator.cost.calibration import HostFit
+
+    def host(scale: float) -> HostFit:
+        part = {k: LinearFit(["1"], [scale * v]) for k, v in (("sched", 5e-5), ("complete", 4e-5), ("loop", 3e-5))}
+        return HostFit(**part, launch={r: LinearFit(["1"], [scale * 1e-3]) for r in ("decode", "prefill", "mixed")})
+
+    def cal_file(name: str, spec_scale: float) -> Path:
+        cal = Calibration(Provenance("h100", "qwen3-0.6b", 1),
+                          {"decode": LinearFit(["1"], [2e-4]), "prefill": LinearFit(["1"], [2e-4])},
+                          CpuFit(["1"], [0.0]), host=replace(host(1.0), spec=host(spec_scale)))
+        return cal.save(tmp_path / name / "c.json").parent
+
+    cfg = [*SMALL, "backend.pipeline=true", "cost_model.name=calibrated", "model=qwen3-0.6b", "hardware=h100"]
+    same, slow = cal_file("same", 1.0), cal_file("slow", 3.0)
+    a = run_experiment(make_cfg(*cfg, *SPEC, f"cost_model.calibration_dirs=[{same}]"), tmp_path / "a")
+    b = run_experiment(make_cfg(*cfg, *SPEC, f"cost_model.calibration_dirs=[{slow}]"), tmp_path / "b")
+    assert b["mean_tpot_ms"] > 2.0 * a["mean_tpot_ms"]  # host-bound steps, three times the host work
+    pa = run_experiment(make_cfg(*cfg, f"cost_model.calibration_dirs=[{same}]"), tmp_path / "pa")
+    pb = run_experiment(make_cfg(*cfg, f"cost_model.calibration_dirs=[{slow}]"), tmp_path / "pb")
+    assert pb["mean_tpot_ms"] == pytest.approx(pa["mean_tpot_ms"], rel=1e-12)

@@ -53,7 +53,9 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     idle_every: int = 0, post: float | None = None, pieces_every: int = 0,
                     piece_launch: float = 0.0, wake_every: int = 0, wake_launch: float = 0.0,
                     wake_s: float = 0.0, verify_every: int = 0,
-                    verify_extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> pd.DataFrame:
+                    verify_extra: tuple[float, float, float] = (0.0, 0.0, 0.0), wake_post: float = 0.0,
+                    prompt_every: int = 0, prompt_loop: float = 0.0, first_every: int = 0,
+                    first_launch: float = 0.0, host_factor: float = 1.0) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
@@ -70,11 +72,16 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
     (no decodes) that launches ``wake_launch`` longer and records ``wake_s``.
     ``verify_every``: every such step (from the second) has 1-3 rows that verify a draft
     (``verify_rows``; 0 on the others) and spends ``verify_extra`` (sched, launch, complete)
-    seconds longer in those parts."""
+    seconds longer in those parts. ``wake_post``: a woken step's replay is enqueued that much
+    earlier in its longer launch (more of it after the replay). ``prompt_every``: every such
+    step (from the first) has one row that computes a prompt chunk (``num_prefills`` 1), and the
+    loop after it takes ``prompt_loop`` longer. ``first_every``: every such step (from the
+    second) has one first decode (``first_decodes`` 1) and launches ``first_launch`` longer.
+    ``host_factor``: every host part of every step that much slower (another engine's host)."""
     rng = np.random.default_rng(seed)
     rows, t, dev_end, prev = [], 0.0, 0.0, None
     for i in range(n):
-        f = slow_factor if slow is not None and slow[0] <= i < slow[1] else 1.0
+        f = (slow_factor if slow is not None and slow[0] <= i < slow[1] else 1.0) * host_factor
         if idle_every and i and i % idle_every == 0:
             t += 3e-3
         woke = bool(wake_every) and i > 0 and i % wake_every == 0
@@ -86,6 +93,10 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         pieces = bool(pieces_every) and i % pieces_every == 1
         sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
         launch += f * piece_launch * pieces + wake_launch * woke
+        prompt = bool(prompt_every) and i % prompt_every == 0
+        first = bool(first_every) and i % first_every == 1
+        loop += prompt_loop * prompt
+        launch += first_launch * first
         verify = int(rng.integers(1, 4)) if verify_every and i % verify_every == 1 else 0
         if verify:
             sched, launch, comp = (x + f * e for x, e in zip((sched, launch, comp), verify_extra))
@@ -93,7 +104,7 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         mark = t + sched
         d0 = max(dev_end, mark)
         le = (max(mark + f * pre, dev_end) if sync else mark + f * pre) + launch
-        enq = le if post is None else le - f * post
+        enq = le if post is None else le - f * post - wake_post * woke
         d1 = max(d0, enq) + g
         row = dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
                    decode_ctx=100 * b, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=100,
@@ -108,6 +119,10 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
             row.update(graph_replay=int(not pieces), eager_step=0)
         if verify_every:
             row["verify_rows"] = verify
+        if prompt_every:
+            row.update(num_decodes=b - prompt, num_prefills=row["num_prefills"] + prompt)
+        if first_every:
+            row["first_decodes"] = int(first)
         dev_end = d1
         t_host = le
         if prev is not None:

@@ -223,12 +223,15 @@ def test_a_launch_that_runs_the_pieces_gets_a_term_of_its_own(timeline_steps, tm
 def test_a_step_that_verifies_drafts_gets_host_terms_of_its_own(timeline_steps, tmp_path) -> None:
     """A step with verify rows (speculative decoding) schedules the proposals, launches every
     draft position and completes the acceptance: ``verify_step`` (`core.batch.verify_step_of`)
-    gets its own share of sched, launch and complete, and the cost model gives it back."""
+    gets its own share of sched and complete, its launch a regime of its own (`host_regime`),
+    and the cost model gives them back."""
     extra = (40e-6, 400e-6, 60e-6)
     steps = timeline_steps(1500, 7, verify_every=3, verify_extra=extra)
     h = fit_host(steps, np.random.default_rng(0)).fit
     assert _coef(h.sched, "verify_step") == pytest.approx(extra[0], rel=1e-3)
-    assert _coef(h.launch["decode"], "verify_step") == pytest.approx(extra[1], rel=1e-3)
+    assert _coef(h.launch["verify"], "1") == pytest.approx(300e-6 + extra[1], rel=1e-3)
+    assert _coef(h.launch["verify"], "num_seqs") == pytest.approx(2e-6, rel=1e-3)
+    assert "verify_step" not in h.launch["verify"].terms  # 1 on all its rows: it would only split "1"
     assert _coef(h.complete, "verify_step") == pytest.approx(extra[2], rel=1e-3)
     assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-3)
     assert h.slow_share == 0.0  # the longer steps are not taken for a slow host
@@ -314,3 +317,89 @@ def test_the_first_step_after_an_idle_wait_gets_its_own_wake_parts(timeline_step
     for k in ("wake", "wake_launch", "wake_idle_s"):
         del old["host"][k]
     assert COST_MODELS.create("calibrated", calibration=Calibration.from_dict(old)).wake_parts().launch == 0.0
+
+
+def test_a_speculating_engines_phase_gets_host_parts_of_its_own(timeline_steps, tmp_path) -> None:
+    """The profile's speculative phase (``phase == "spec"``, engine/profile_spec.py) runs a host
+    that does more per step: it is neither taken for a slow-host episode nor mixed into the
+    plain engine's fits; it gets `HostFit.spec`, which a speculating simulation prices with."""
+    from twinserve.calibration.host_fit import SPEC_PHASE
+
+    plain = timeline_steps(1500, 8).assign(phase="replay")
+    spec = timeline_steps(800, 9, host_factor=1.4).assign(phase=SPEC_PHASE)
+    steps = pd.concat([plain, spec], ignore_index=True)
+    res = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps))
+    h = res.fit
+    assert not res.slow.any() and h.slow_share == 0.0
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-3)
+    assert h.spec is not None and h.spec.spec is None
+    assert _coef(h.spec.launch["decode"], "1") == pytest.approx(1.4 * 300e-6, rel=1e-3)
+    assert _coef(h.spec.sched, "1") == pytest.approx(1.4 * 50e-6, rel=1e-3)
+    assert _coef(h.spec.loop, "1") == pytest.approx(1.4 * 30e-6, rel=1e-3)
+    # without the phase column there is none, and its rows read as a slow-host episode
+    mixed = fit_host(steps.drop(columns="phase"), np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    assert mixed.spec is None and mixed.slow_share == pytest.approx(800 / 2300, abs=0.03)
+    # through a file to the cost model: speculating() prices with the phase's parts
+    cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1), overlap=True,
+                          terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")})
+    back = Calibration.load(cal.save(tmp_path / "c.json"))
+    assert back.host.spec is not None and back.host.spec.to_dict() == cal.host.spec.to_dict()
+    model = COST_MODELS.create("calibrated", calibration=str(tmp_path / "c.json"))
+    f = BatchFeatures(num_seqs=10, num_decodes=10, num_prefills=0, new_tokens=10, prefill_tokens=0,
+                      decode_ctx=1000, prefill_ctx=0, prefill_attn=0, padded_decodes=10, max_ctx=100)
+    assert model.speculating().host_parts(f).launch == pytest.approx(1.4 * model.host_parts(f).launch, rel=1e-3)
+    assert "spec" not in Calibration.load(fit_calibration(
+        _with_prefill_rows(plain), Provenance("h200", "llama3-8b", 1), overlap=True,
+        terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")}).save(tmp_path / "p.json")).to_dict()["host"]
+    plain_model = COST_MODELS.create("calibrated", calibration=str(tmp_path / "p.json"))
+    assert plain_model.speculating() is plain_model
+
+
+def test_rare_host_terms_are_fitted_from_the_rows_that_have_them(timeline_steps) -> None:
+    """A prompt chunk's longer loop and a first decode's longer launch show on a few percent of
+    the rows, which the trimmed fit would leave out as outliers: `_rare_terms` sets their
+    coefficients from those rows' median residual."""
+    steps = timeline_steps(1500, 10, prompt_every=40, prompt_loop=300e-6, first_every=40, first_launch=250e-6)
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    assert _coef(h.loop, "prompt_rows") == pytest.approx(300e-6, rel=0.02)
+    assert _coef(h.loop, "1") == pytest.approx(30e-6, rel=0.02)
+    assert _coef(h.launch["decode"], "first_decodes") == pytest.approx(250e-6, rel=0.02)
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=0.02)
+    # fitted as one more term, they are trimmed away
+    from twinserve.calibration.host_fit import RARE_TERMS
+    import twinserve.calibration.host_fit as hf
+    try:
+        hf.RARE_TERMS = ()
+        blind = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    finally:
+        hf.RARE_TERMS = RARE_TERMS
+    assert _coef(blind.loop, "prompt_rows") < 150e-6
+
+
+def test_a_woken_graph_step_runs_more_of_its_launch_after_the_replay(timeline_steps, tmp_path) -> None:
+    steps = timeline_steps(1500, 11, post=100e-6, wake_every=50, wake_launch=1.2e-3, wake_post=400e-6)
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    assert _coef(h.post, "1") == pytest.approx(100e-6, rel=1e-3)
+    assert h.wake_post.coef[0] == pytest.approx(400e-6, rel=1e-3)
+    cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1))
+    wake = COST_MODELS.create("calibrated", calibration=str(cal.save(tmp_path / "c.json"))).wake_parts()
+    assert wake.post == pytest.approx(400e-6, rel=1e-3) and wake.launch == pytest.approx(1.2e-3, rel=1e-3)
+
+
+def test_the_device_fits_leave_the_speculative_phase_out(timeline_steps) -> None:
+    """The speculative phase profiles a second engine's host; its device spans (here 0.5 ms
+    longer, as a GPU clocked down for it would give) do not move the device fits."""
+    from twinserve.calibration.host_fit import SPEC_PHASE
+
+    plain = timeline_steps(1500, 12, post=100e-6).assign(phase="replay")
+    spec = timeline_steps(800, 13, post=100e-6).assign(phase=SPEC_PHASE)
+    spec["dev_end"] += 5e-4
+    steps = _with_prefill_rows(pd.concat([plain, spec], ignore_index=True))
+    terms = {"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")}
+    cal = fit_calibration(steps, Provenance("h200", "llama3-8b", 1), overlap=True, terms=terms,
+                          bucket_offsets=False)
+    d = cal.regimes["decode"]
+    assert _coef(d, "1") == pytest.approx(1e-3, rel=1e-3) and _coef(d, "num_seqs") == pytest.approx(2e-5, rel=1e-3)
+    mixed = fit_calibration(steps.drop(columns="phase"), Provenance("h200", "llama3-8b", 1), overlap=True,
+                            terms=terms, bucket_offsets=False)
+    assert _coef(mixed.regimes["decode"], "1") > 1.05e-3
