@@ -9,6 +9,7 @@ import pytest
 from twinserve.core.batch import BatchFeatures
 from twinserve.simulator.cost import COST_MODELS, Calibration, CpuFit, LinearFit, Provenance
 from twinserve.calibration import fit_calibration
+from twinserve.calibration.fit import SHORT_CTX_TERM
 from twinserve.simulator.cost.base import FeatureColumns
 from twinserve.simulator.cost.calibration import check_terms, term_factors
 from twinserve.calibration.linear import term_matrix
@@ -171,6 +172,26 @@ def _decode_rows(n: int, seed: int, wave: int | None) -> pd.DataFrame:
                              max_ctx=ctx // b, duration=y))
 
 
+def test_a_decode_with_a_short_longest_context_is_fitted_cheaper() -> None:
+    """`SHORT_CTX_TERM`: below 128 tokens of longest context a decode step costs less (a ramp),
+    from 128 on the term is constant; the default decode fit recovers a planted ramp."""
+    rng = np.random.default_rng(5)
+    n = 2000
+    b = rng.integers(1, 64, size=n)
+    top = rng.integers(8, 1500, size=n)
+    ctx = b * np.maximum(top // 2, 1) + top
+    y = (1e-3 + 7e-7 * np.minimum(top, 128) + 1e-8 * ctx) * np.exp(rng.normal(0, 0.002, size=n))
+    rows = pd.DataFrame(dict(num_seqs=b, num_decodes=b, num_prefills=0, new_tokens=b, prefill_tokens=0,
+                             decode_ctx=ctx, prefill_ctx=0, prefill_attn=0, padded_decodes=b, max_ctx=top,
+                             duration=y))
+    prefill = _rows(200, 1, kink=None)
+    cal = fit_calibration(pd.concat([rows, prefill[prefill["num_prefills"] > 0]], ignore_index=True),
+                          Provenance("h100", "smollm2-135m", 1), overlap=False, bucket_offsets=False)
+    d = cal.regimes["decode"]
+    coef = dict(zip(d.terms, d.coef))
+    assert coef[SHORT_CTX_TERM] == pytest.approx(7e-7, rel=0.05) and d.mape < 0.01
+
+
 def test_wave_terms_parse_are_checked_and_round_decodes_up_to_whole_waves() -> None:
     check_terms(["decode_ctx@66", "num_seqs*decode_ctx@8"])
     with pytest.raises(ValueError, match="wave"):
@@ -189,12 +210,12 @@ def test_a_wave_quantized_decode_gets_its_wave_size_and_a_line_does_not() -> Non
     prefill = _rows(200, 1, kink=None)
     prefill = prefill[prefill["num_prefills"] > 0]
     cal = fit_calibration(pd.concat([waves, prefill], ignore_index=True), prov, overlap=False)
-    assert cal.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx@48", "padded_decodes"]
+    assert cal.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx@48", "padded_decodes", SHORT_CTX_TERM]
     assert cal.regimes["decode"].mape < 0.012  # the noise, about 0.8 %
     assert "num_decodes" in cal.features  # what the wave rounds
     line = fit_calibration(pd.concat([_decode_rows(3000, 3, wave=None), prefill], ignore_index=True), prov,
                            overlap=False)
-    assert line.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx", "padded_decodes"]
+    assert line.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx", "padded_decodes", SHORT_CTX_TERM]
     # the wave fit on the line's rows would not do better: it was left out for being no gain
     assert line.regimes["decode"].mape < 0.012
 
@@ -290,4 +311,4 @@ def test_the_wave_size_is_chosen_one_profiled_workload_out() -> None:
     prefill = prefill[prefill["num_prefills"] > 0].assign(phase="grid", workload=None)
     cal = fit_calibration(pd.concat([waves, prefill], ignore_index=True), Provenance("h200", "qwen3-0.6b", 1),
                           overlap=False)
-    assert cal.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx@48", "padded_decodes"]
+    assert cal.regimes["decode"].terms == ["1", "num_seqs", "decode_ctx@48", "padded_decodes", SHORT_CTX_TERM]
