@@ -146,10 +146,10 @@ class AcceptanceModel:
 
 def may_draft_after(accept: AcceptanceModel, cfg: SpecConfig) -> Callable[[Req], bool] | None:
     """The simulator's `SpecDecoding` ``may_after``: whether a request might draft once its
-    pending token is known. Right after its prompt, with a token-only proposer (prompt lookup),
-    (``ngram``) that depends on the prompt alone, which the simulator has, so
-    `NgramIndex.may_match_after` answers it exactly as the engine's check does; later tokens are the engine's, which the
-    simulator lacks, so ``accept``'s measured no-match rate decides (None: always, with neither)."""
+    pending token is known. Right after its prompt, prompt lookup's answer (``ngram``) depends
+    on the prompt alone, which the simulator has: `NgramIndex.may_match_after` gives it exactly
+    as the engine's check does. Later tokens are the engine's, which the simulator lacks:
+    ``accept``'s measured no-match rate decides. None (always) with neither."""
     exact = cfg.method == "ngram"
     if not exact and accept.no_match_rate <= 0.0:
         return None

@@ -216,9 +216,9 @@ class HostFit:
             raise ValueError("a speculating engine's host fit has no speculating fit of its own")
 
     def fits(self) -> list[LinearFit]:
-        """Every linear model of the host side (each part, each regime's launch)."""
+        """Every linear model of the host side (each part, each regime's launch; `spec`'s too)."""
         return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, self.wake, self.wake_launch,
-                self.wake_post, *self.launch.values()]
+                self.wake_post, *self.launch.values(), *(self.spec.fits() if self.spec is not None else [])]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
