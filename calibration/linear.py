@@ -169,10 +169,10 @@ def assume_token_graph_mode(steps: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def with_derived_features(steps: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with the ``decode_unique_ctx``, ``padded_tokens``, ``eager_step``,
-    ``graph_replay``, ``wide_tiles``, ``attn_tile``, ``verify_rows``, ``first_decodes`` and derived ``piece_step``
-    (`core.graph_plan.piece_step_of`), ``verify_step`` (`core.batch.verify_step_of`) and
-    ``prompt_rows`` (`core.batch.prompt_rows_of`)
-    columns; profiles recorded before them get what held
+    ``graph_replay``, ``wide_tiles``, ``attn_tile``, ``verify_rows``, ``first_decodes`` and
+    derived ``piece_step`` (`core.graph_plan.piece_step_of`), ``verify_step``
+    (`core.batch.verify_step_of`) and ``prompt_rows`` (`core.batch.prompt_rows_of`) columns;
+    profiles recorded before them get what held
     then (no KV sharing; dense rows = ``new_tokens``; every step eager but a decode graph, or a
     token-graph step where the engine's ``graph_tokens`` column records one; one replay:
     `graph_replays`; wide tiles: `core.graph_plan.wide_tiles_of` with the default ``max_graph_bs``

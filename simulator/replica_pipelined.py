@@ -35,7 +35,8 @@ class PipelinedReplica(Replica):
     arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
     an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
     and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
-    work for the first step it launches, ``post`` of it after a graph's replay. No fast-forward here (a batch is always in flight).
+    work for the first step it launches, ``post`` of it after a graph's replay. No fast-forward
+    here (a batch is always in flight).
 
     On a `SharedDevice` an iteration, from ``schedule`` to the start of the next one, is the
     replica's turn in the host's round, and a step starts on the device no earlier than the end

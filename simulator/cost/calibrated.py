@@ -136,7 +136,12 @@ class CalibratedCostModel(CostModel):
             own = hp[f"launch/{regime}"]
             if "launch/verify" not in hp:
                 return lambda: own(x, mx)
-            return lambda: own(x, mx) + (hp["launch/verify"](x, mx) - own(x, mx)) * x.verify_step
+
+            def blend() -> Any:
+                o = own(x, mx)
+                return o + (hp["launch/verify"](x, mx) - o) * x.verify_step
+
+            return blend
 
         launch = _by_regime(x, mx, decode, verify("prefill"), verify("mixed"))
         return mx(hp["sched"](x, mx) + launch + hp["complete"](x, mx) + hp["loop"](x, mx), 0.0)
