@@ -256,9 +256,11 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
     if spec.sum() >= MIN_SPEC_ROWS and base.sum() < len(st):
         sp = _fit_parts(st, y, spec, rng, terms)
         if sp is not None:
+            sp = _levelled(sp, st, y, spec)
             own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
             fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
-                               loop=sp.loop, post=sp.post, spec=None)
+                               loop=sp.loop, post=sp.post, slow_share=0.0, slow_factor=1.0,
+                               slow_episode_s=0.0, spec=None)
     if not slow.any():
         return HostFitResult(fit, none)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
@@ -356,6 +358,31 @@ def _fit_parts(st: pd.DataFrame, y: _Targets, keep: np.ndarray, rng: np.random.G
                    complete=one(keep, y.complete, terms["complete"]), loop=loop, pre=pre, post=post)
 
 
+def _level(fit: LinearFit, st: pd.DataFrame, rows: np.ndarray, target: np.ndarray) -> LinearFit:
+    """``fit`` scaled so that over ``rows`` (finite targets, the top ``HOST_TRIM`` of measured /
+    fitted left out as stalls) it sums to what was measured: the mean level of a host that
+    switches between a fast and a slow state, where the relative fit follows the fast one."""
+    pred = fit_values(fit, st)
+    ok = rows & np.isfinite(target) & (pred > 0)
+    if ok.sum() < MIN_RARE_ROWS:
+        return fit
+    ratio = target[ok] / pred[ok]
+    keep = ratio <= np.quantile(ratio, 1.0 - HOST_TRIM)
+    scale = float(target[ok][keep].sum() / pred[ok][keep].sum())
+    return LinearFit(fit.terms, [c * scale for c in fit.coef], fit.mape, fit.n, fit.n_test)
+
+
+def _levelled(fit: HostFit, st: pd.DataFrame, y: _Targets, rows: np.ndarray) -> HostFit:
+    """The speculating engine's parts (`fit_host`) levelled to their phase's mean (`_level`):
+    its profile phase is short, so no slow-host episodes are told apart in it and the fit
+    carries none; its level includes them instead."""
+    launch = {k: _level(v, st, rows & (y.regime == k), y.launch) for k, v in fit.launch.items()}
+    return replace(fit, sched=_level(fit.sched, st, rows, y.sched), launch=launch,
+                   complete=_level(fit.complete, st, rows, y.complete),
+                   loop=_level(fit.loop, st, rows & y.loop_ok, y.loop),
+                   post=_level(fit.post, st, rows & (y.post >= 0), y.post))
+
+
 def _rare_terms(fit: LinearFit, st: pd.DataFrame, rows: np.ndarray, target: np.ndarray) -> LinearFit:
     """``fit`` with each of its `RARE_TERMS` coefficients set from the rows where the term is
     nonzero: the median of their residual against the fit without the term, per unit of the
@@ -381,7 +408,10 @@ def host_speed_trace(steps: pd.DataFrame, fit: HostFit, window: int = 101) -> tu
     ``iter_start`` order), its loop iteration's start and the windowed factor measured / fitted
     of its host parts (`host_episodes.speed_factor` over ``window`` steps). A diagnostic: the
     simulator can replay it (`simulator.host_speed.HostSpeed`) to tell how much of its error a
-    run's slow-host episodes explain."""
+    run's slow-host episodes explain. A run that speculated (draft tokens on some step) is
+    measured against ``fit.spec`` where the fit has one."""
+    if fit.spec is not None and steps.get("spec_num_draft_tokens", pd.Series(dtype=float)).fillna(0).gt(0).any():
+        fit = fit.spec
     st = with_derived_features(steps).dropna(subset=list(TIMELINE_COLUMNS))
     st = st.sort_values("iter_start", kind="stable")
     if len(st) == 0:

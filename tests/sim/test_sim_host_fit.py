@@ -108,6 +108,14 @@ def test_a_recorded_runs_host_speed_is_read_back_and_replayed(timeline_steps, ru
     assert hp.tail == 3e-4 and hp.device == 0.01  # device work is not host work
     with pytest.raises(ValueError):
         HostSpeed(np.array([1.0, 0.0]), np.array([1.0, 1.0]))
+    # a run that speculated is read against the speculating engine's fit
+    from dataclasses import replace
+
+    spec_fit = fit_host(timeline_steps(1500, 3, host_factor=1.4), np.random.default_rng(0)).fit
+    h2 = replace(h, spec=replace(spec_fit, spec=None))
+    drafted = timeline_steps(1500, 5, host_factor=1.4).assign(spec_num_draft_tokens=1)
+    assert np.median(host_speed_trace(drafted, h2)[1]) == pytest.approx(1.0, rel=0.03)
+    assert np.median(host_speed_trace(drafted.assign(spec_num_draft_tokens=0), h2)[1]) == pytest.approx(1.4, rel=0.03)
 
     class Fixed(CostModel):  # host-bound eager steps: 1 + 4 + 1 + 0.5 ms of host, 1 ms of device
         def _gpu(self, x, mx):
@@ -353,6 +361,32 @@ def test_a_speculating_engines_phase_gets_host_parts_of_its_own(timeline_steps, 
         terms={"decode": ("1", "num_seqs"), "prefill": ("1", "new_tokens")}).save(tmp_path / "p.json")).to_dict()["host"]
     plain_model = COST_MODELS.create("calibrated", calibration=str(tmp_path / "p.json"))
     assert plain_model.speculating() is plain_model
+
+
+def test_a_speculating_phase_on_a_two_speed_host_is_fitted_at_its_mean(timeline_steps) -> None:
+    """A host that runs half the speculative phase 1.8x slower (two long stretches): the relative
+    fit alone would follow one of the two speeds; the phase's fits are levelled to its mean
+    (`host_fit._level`), which is what a run on that host averages, and carry no episodes."""
+    from twinserve.calibration.host_fit import SPEC_PHASE, _Targets
+    from twinserve.calibration.linear import fit_values, with_derived_features
+
+    plain = timeline_steps(1500, 8).assign(phase="replay")
+    spec = timeline_steps(800, 9, host_factor=1.4, slow=(200, 600), slow_factor=1.8).assign(phase=SPEC_PHASE)
+    steps = pd.concat([plain, spec], ignore_index=True)
+    tl = timeline_frame(steps)
+    h = fit_host(steps, np.random.default_rng(0), tl=tl).fit
+    assert h.spec is not None and h.spec.slow_share == 0.0 and h.spec.slow_factor == 1.0
+    assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-3)  # the plain fit is untouched
+    st = with_derived_features(steps)
+    rows = (st["phase"] == SPEC_PHASE).to_numpy()
+    y = _Targets(st, st, tl, (False, False))
+    for fit, target in ((h.spec.launch["decode"], y.launch), (h.spec.sched, y.sched), (h.spec.complete, y.complete)):
+        ok = rows & np.isfinite(target)
+        ratio = fit_values(fit, st)[ok].sum() / target[ok].sum()
+        assert ratio == pytest.approx(1.0, abs=0.03)
+    # between the two speeds, not at either
+    base = _coef(h.spec.launch["decode"], "1") / 300e-6
+    assert 1.4 * 1.15 < base < 1.4 * 1.8 / 1.15
 
 
 def test_rare_host_terms_are_fitted_from_the_rows_that_have_them(timeline_steps) -> None:
