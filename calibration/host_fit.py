@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from twinserve.simulator.cost.calibration import WAKE_IDLE_S, HostFit, LinearFit
+from twinserve.simulator.cost.calibration import WAKE_IDLE_S, HostFit, LinearFit, Residuals
 from twinserve.calibration.host_episodes import slow_episodes, speed_factor, step_ratio
 from twinserve.calibration.linear import (
     REGIME_NAMES, fit_linear, fit_values, regime_of, with_derived_features,
@@ -58,6 +58,8 @@ VERIFY_REGIME = "verify"  # the host launch regime of steps with verify rows (`h
 HOST_REGIMES: tuple[str, ...] = (*REGIME_NAMES, VERIFY_REGIME)
 # terms nonzero on few rows (a speculating engine's prompt chunks, first decodes), fitted by `_rare_terms`
 RARE_TERMS: tuple[str, ...] = ("prompt_rows", "first_decodes")
+# `HostFit.spread`'s quantile levels: every 5 % and the top tail, whose stalls carry weight
+SPREAD_LEVELS: tuple[float, ...] = (*(float(x) for x in np.linspace(0.0, 0.95, 20)), 0.98, 0.99, 0.995, 0.999)
 MIN_RARE_ROWS = 5
 
 
@@ -260,7 +262,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
             fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
                                loop=sp.loop, post=sp.post, slow_share=0.0, slow_factor=1.0,
-                               slow_episode_s=0.0, spec=None)
+                               slow_episode_s=0.0, spread=_spread(sp, st, y, spec), spec=None)
     if not slow.any():
         return HostFitResult(fit, none)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
@@ -381,6 +383,20 @@ def _levelled(fit: HostFit, st: pd.DataFrame, y: _Targets, rows: np.ndarray) -> 
                    complete=_level(fit.complete, st, rows, y.complete),
                    loop=_level(fit.loop, st, rows & y.loop_ok, y.loop),
                    post=_level(fit.post, st, rows & (y.post >= 0), y.post))
+
+
+def _spread(fit: HostFit, st: pd.DataFrame, y: _Targets, rows: np.ndarray) -> Residuals | None:
+    """Quantiles (`SPREAD_LEVELS`, finer in the top tail) of measured / fitted launch work over
+    ``rows``: how far one step's host strays from the levelled fit, stalls included (which
+    `_level` leaves out, so the mean is a little over 1). Where the host is about as fast as
+    the device, each engine step waits for the slower of the two, so a fit at the mean alone
+    runs fast."""
+    pred = _launch_pred(fit, st, y.regime)
+    ok = rows & np.isfinite(y.launch) & (pred > 0)
+    if ok.sum() < MIN_SPEC_ROWS:
+        return None
+    ratio = y.launch[ok] / pred[ok]
+    return Residuals(list(SPREAD_LEVELS), [float(v) for v in np.quantile(ratio, SPREAD_LEVELS)])
 
 
 def _rare_terms(fit: LinearFit, st: pd.DataFrame, rows: np.ndarray, target: np.ndarray) -> LinearFit:

@@ -27,6 +27,7 @@ from twinserve.simulator.timing import SimEnvironment
 
 # Random-stream ids: each source of randomness draws from SeedSequence([seed, SOURCE, ...]).
 NOISE_STREAM = 1
+HOST_STREAM = 2  # a pipelined replica's host spread (`PipelinedReplica`)
 
 
 @dataclass(slots=True)
@@ -37,7 +38,8 @@ class SimConfig:
     each replica through a `SchedulerView`.
 
     ``noise`` multiplies device step times by factors drawn from the cost model's residual
-    quantiles, replica ``i`` on its own stream ``SeedSequence([seed, NOISE_STREAM, i])``.
+    quantiles, replica ``i`` on its own stream ``SeedSequence([seed, NOISE_STREAM, i])``; a
+    pipelined replica draws its host spread from ``SeedSequence([seed, HOST_STREAM, i])``.
     ``check_invariants`` runs the scheduler's invariant checks after every step (slow).
     ``keep_steps=False`` keeps only the step count (less memory). ``progress`` shows a tqdm bar
     over simulated time. ``pipeline`` replays the engine's overlap loop as a host and a device
@@ -149,8 +151,10 @@ def simulate(workload: Workload, make_scheduler: Callable[[], Any], cost: CostMo
         if quant is not None:
             seed = int(np.random.SeedSequence([cfg.seed, NOISE_STREAM, i]).generate_state(1)[0])
             noise = StepNoise(quant[0], quant[1], seed)
+        host_seed = int(np.random.SeedSequence([cfg.seed, HOST_STREAM, i]).generate_state(1)[0])
         setup = ReplicaSetup(env, i, s, cost, steps, reqlog.add, arrivals.next_time, noise,
-                             cfg.check_invariants, fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan, shared)
+                             cfg.check_invariants, fast_forward, cfg.max_stretch, cfg.host_speed, cfg.plan, shared,
+                             host_seed)
         replicas.append(make_replica(cfg.loop, setup))
     if shared is not None:
         env.process(shared.serve(deliver, replicas[0].wake_delay))

@@ -1,5 +1,6 @@
 """`HostSpeed`: a host slowdown over simulated time, replayed from a recorded engine run or
-drawn as slow-host episodes like those a calibration profile measured (`HostSpeed.episodes`)."""
+drawn as slow-host episodes like those a calibration profile measured (`HostSpeed.episodes`);
+`scaled_host`, host parts times one factor."""
 
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ class HostSpeed:
 
     def scale(self, hp: HostParts, t: float) -> HostParts:
         """``hp`` with its host work (sched, pre, launch, post, complete, loop) slowed as at ``t``."""
-        f = self.at(t)
-        return replace(hp, sched=hp.sched * f, pre=hp.pre * f, post=hp.post * f, launch=hp.launch * f,
-                       complete=hp.complete * f, loop=hp.loop * f)
+        return scaled_host(hp, self.at(t))
+
+
+def scaled_host(hp: HostParts, f: float) -> HostParts:
+    """``hp`` with its host work (sched, pre, launch, post, complete, loop) times ``f``; the
+    device's work (``device``, ``tail``) unchanged."""
+    return replace(hp, sched=hp.sched * f, pre=hp.pre * f, post=hp.post * f, launch=hp.launch * f,
+                   complete=hp.complete * f, loop=hp.loop * f)

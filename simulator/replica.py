@@ -57,7 +57,8 @@ class ReplicaSetup:
     requests, ``next_arrival()`` (the time of the next request not yet delivered), its noise
     stream, the loop knobs of `SimConfig` (each mode reads the ones it documents) and the
     simulated engine's `GraphPlan`, which its step features follow. ``shared``: the
-    `SharedDevice` it takes turns on with the other replicas, or None for a GPU of its own."""
+    `SharedDevice` it takes turns on with the other replicas, or None for a GPU of its own.
+    ``host_seed``: the seed of its host-spread stream (`PipelinedReplica`)."""
 
     env: SimEnvironment
     index: int
@@ -73,6 +74,7 @@ class ReplicaSetup:
     host_speed: HostSpeed | None
     plan: GraphPlan
     shared: SharedDevice | None = None
+    host_seed: int = 0
 
 
 class Replica(ABC):

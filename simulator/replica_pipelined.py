@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import Any, Generator
 
 from twinserve.core.batch import Batch, BatchFeatures
+from twinserve.simulator.cost.noise import StepNoise
+from twinserve.simulator.host_speed import scaled_host
 from twinserve.simulator.replica import Replica, ReplicaSetup
 
 
@@ -30,8 +32,10 @@ class PipelinedReplica(Replica):
     (a host-bound step); ``sync``: the launch waits for the previous step's device end
     once it has done ``pre`` of its own work.
 
-    Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits), slowed by
-    ``host_speed`` at the iteration's start when one is given; a request
+    Host parts come from ``cost.host_parts`` (a calibration's ``host`` fits), each step's
+    multiplied by a factor drawn from ``cost.host_spread()`` where the model has one (on the
+    stream of ``setup.host_seed``), and slowed by ``host_speed`` at the iteration's start when
+    one is given; a request
     arriving during iteration k is first scheduled in iteration k+1, as in the engine. After
     an idle wait the loop pays ``cost.wake_parts()``: its ``delay`` before the next iteration,
     and, when the wait (delay included) lasted longer than ``idle_s``, ``launch`` more launch
@@ -57,6 +61,8 @@ class PipelinedReplica(Replica):
     def __init__(self, setup: ReplicaSetup) -> None:
         self.host_speed = setup.host_speed  # a `HostSpeed` replayed over time, or None
         super().__init__(setup)
+        spread = self.cost.host_spread()
+        self.host_noise = StepNoise(*spread, setup.host_seed) if spread is not None else None
 
     def _run(self) -> Generator:
         env, sched, cost = self.env, self.sched, self.cost
@@ -144,4 +150,6 @@ class PipelinedReplica(Replica):
 
     def _host_parts(self, f: BatchFeatures, t: float) -> Any:
         hp = self.cost.host_parts(f)
+        if self.host_noise is not None:
+            hp = scaled_host(hp, self.host_noise.one())
         return hp if self.host_speed is None else self.host_speed.scale(hp, t)

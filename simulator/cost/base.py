@@ -153,6 +153,7 @@ class CostModel(ABC):
       engine's overlap loop (`HostParts`), for the simulator's ``pipeline`` loop.
     - ``noise_quantiles()`` returns (levels, multiplicative factors) of the model's residual
       distribution, or None; the simulator draws noise from it on its own random stream.
+      ``host_spread()`` likewise for one step's host parts (the ``pipeline`` loop draws them).
     - ``batch_ahead``: the model describes an engine whose overlap loop fixes each batch one
       step ahead (a calibration fitted on such an engine's timeline); the simulator's plain loop
       then lags arrivals by one step (``SimConfig.lag_arrivals``, Hydra ``backend.lag_arrivals=auto``).
@@ -217,6 +218,9 @@ class CostModel(ABC):
         return np.maximum(gpu, cpu) if self.overlap else gpu + cpu
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return None
+
+    def host_spread(self) -> tuple[np.ndarray, np.ndarray] | None:
         return None
 
     def describe(self) -> dict[str, Any]:

@@ -74,7 +74,8 @@ class CalibratedCostModel(CostModel):
     gives the parts; ``overlap`` comes from the file unless overridden.
     When the engine's graph launches waited for the previous step (``host.sync_graph``), the
     step time of a graph step is device + launch (they cannot overlap), which is what the plain
-    loop needs; the pipelined loop takes the device part alone from ``host_parts``. ``noise_quantiles`` exposes the file's residual quantiles.
+    loop needs; the pipelined loop takes the device part alone from ``host_parts``. ``noise_quantiles`` exposes the file's residual quantiles,
+    ``host_spread`` its host fit's ``spread``.
     """
 
     def __init__(self, calibration: Calibration | str | Path, overlap: bool | None = None,
@@ -195,6 +196,12 @@ class CalibratedCostModel(CostModel):
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
         r = self.calibration.residuals
         return np.asarray(r.levels, dtype=np.float64), np.asarray(r.ratio, dtype=np.float64)
+
+    def host_spread(self) -> tuple[np.ndarray, np.ndarray] | None:
+        h = self.calibration.host
+        if h is None or h.spread is None:
+            return None
+        return np.asarray(h.spread.levels, dtype=np.float64), np.asarray(h.spread.ratio, dtype=np.float64)
 
     def describe(self) -> dict[str, Any]:
         p = self.calibration.provenance

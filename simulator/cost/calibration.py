@@ -189,7 +189,10 @@ class HostFit:
     which ``wake_post`` more runs after a graph step's replay was enqueued. ``spec``: the same
     parts for an engine that speculates, fitted on the profile's speculative phase (its loop
     checks every running request for a possible draft and its verify steps score every draft
-    position, so all its host parts differ); None without one. Invariant: ``spec.spec`` is None."""
+    position, so all its host parts differ); None without one. ``spread``: quantiles of one
+    step's measured / fitted launch work (stalls included), which a simulated step draws its
+    host parts' factor from; None: every step at the fit (the plain fit, whose slow stretches are episodes).
+    Invariant: ``spec.spec`` is None."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
@@ -207,6 +210,7 @@ class HostFit:
     wake_launch: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     wake_idle_s: float = WAKE_IDLE_S
     wake_post: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    spread: "Residuals | None" = None
     spec: "HostFit | None" = None
 
     def __post_init__(self) -> None:
@@ -233,21 +237,26 @@ class HostFit:
                    wake=LinearFit(**d.get("wake", zero)), wake_launch=LinearFit(**d.get("wake_launch", zero)),
                    wake_idle_s=float(d.get("wake_idle_s", WAKE_IDLE_S)),
                    wake_post=LinearFit(**d.get("wake_post", zero)),
+                   spread=Residuals(**d["spread"]) if d.get("spread") else None,
                    spec=cls.from_dict(d["spec"]) if d.get("spec") else None)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form `from_dict` reads (no ``spec`` key without a speculating fit)."""
+        """The JSON form `from_dict` reads (no ``spec`` or ``spread`` key where there is none)."""
         d = asdict(self)
-        if self.spec is None:
-            del d["spec"]
-        else:
+        for key in ("spec", "spread"):
+            if d[key] is None:
+                del d[key]
+        if self.spec is not None:
             del d["spec"]["spec"]
+            if self.spec.spread is None:
+                del d["spec"]["spread"]
         return d
 
 
 @dataclass(slots=True)
 class Residuals:
-    """Quantiles of measured / predicted device time (``levels`` ascending in [0, 1])."""
+    """Quantiles of measured / predicted time (``levels`` ascending in [0, 1]): of the device
+    steps (`Calibration.residuals`) or of a host's launches (`HostFit.spread`)."""
 
     levels: list[float] = field(default_factory=lambda: [0.0, 1.0])
     ratio: list[float] = field(default_factory=lambda: [1.0, 1.0])

@@ -387,6 +387,41 @@ def test_a_speculating_phase_on_a_two_speed_host_is_fitted_at_its_mean(timeline_
     # between the two speeds, not at either
     base = _coef(h.spec.launch["decode"], "1") / 300e-6
     assert 1.4 * 1.15 < base < 1.4 * 1.8 / 1.15
+    # the spread around it holds both speeds; the plain fit has none
+    assert h.spread is None and h.spec.spread is not None
+    levels, ratio = np.asarray(h.spec.spread.levels), np.asarray(h.spec.spread.ratio)
+    assert np.interp(0.25, levels, ratio) < 0.85 and np.interp(0.75, levels, ratio) > 1.15
+    assert np.interp(0.75, levels, ratio) / np.interp(0.25, levels, ratio) == pytest.approx(1.8, rel=0.05)
+
+
+def test_a_host_as_fast_as_the_device_paces_steps_by_the_slower_of_the_two(run_sim) -> None:
+    """Host and device each 1 ms a step: at the fit alone the steps come every 1 ms; with the
+    host's spread (half the steps 0.5x, half 1.5x: the same mean) the device waits for the host
+    on the slow half, so steps come slower, as on the engine."""
+    from twinserve.core.workload import WORKLOADS
+
+    class Even(CostModel):
+        spread: tuple[np.ndarray, np.ndarray] | None = None
+
+        def _gpu(self, x, mx):
+            return x.num_seqs * 0.0 + 1e-3
+
+        def host_parts(self, f):
+            return HostParts(1e-4, 8e-4, 5e-5, 5e-5, graph=True, device=1e-3)
+
+        def host_spread(self):
+            return self.spread
+
+    wl = WORKLOADS.create("poisson", num_requests=1, rate=1.0, seed=0, prompt_len=32,
+                          output_len=400).with_vocab(1024)
+    gap = lambda r: np.diff(np.asarray(r.requests.iloc[0]["token_times"])).mean()  # noqa: E731
+    class Spread(Even):
+        spread = (np.array([0.0, 0.5, 0.5, 1.0]), np.array([0.5, 0.5, 1.5, 1.5]))
+
+    base = gap(run_sim(wl, cost=Even(), num_pages=64, page_size=16, pipeline=True))
+    spread = gap(run_sim(wl, cost=Spread(), num_pages=64, page_size=16, pipeline=True))
+    assert base == pytest.approx(1e-3, rel=0.01)
+    assert spread > 1.15 * base
 
 
 def test_rare_host_terms_are_fitted_from_the_rows_that_have_them(timeline_steps) -> None:
