@@ -101,34 +101,29 @@ def idle_before(steps: pd.DataFrame) -> pd.Series:
 
 
 def _wake_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
-               woke: np.ndarray) -> tuple[LinearFit, LinearFit, LinearFit]:
-    """``(wake, wake_launch, wake_post)`` of `HostFit`: the median ``wake_s``, the median launch
+               woke: np.ndarray, rows: np.ndarray) -> tuple[LinearFit, LinearFit, LinearFit]:
+    """``(wake, wake_launch, wake_post)`` of `HostFit` over ``rows``: the median ``wake_s``, the median launch
     work of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against
     the regime's launch plus a waiting graph's ``pre``) and the median of their graph launches'
     work after the replay beyond ``fit.post``; each 0 with fewer than ``MIN_WAKE_ROWS``."""
     zero = LinearFit(["1"], [0.0])
     wake_post = zero
-    rows = woke & np.isfinite(y.woke_post) & (y.woke_post >= 0)
-    if rows.sum() >= MIN_WAKE_ROWS:
-        extra = y.woke_post[rows] - fit_values(fit.post, st.loc[rows])
-        wake_post = LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, int(rows.sum()), 0)
-    wake, wake_launch = _wake_launch_fits(st, y, fit, tl, woke)
-    return wake, wake_launch, wake_post
+    woke = woke & rows
+    posts = woke & np.isfinite(y.woke_post) & (y.woke_post >= 0)
+    if posts.sum() >= MIN_WAKE_ROWS:
+        extra = y.woke_post[posts] - fit_values(fit.post, st.loc[posts])
+        wake_post = LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, int(posts.sum()), 0)
+    wake = _median_wake(st, rows) or zero
+    return wake, _wake_launch_fit(st, y, fit, tl, woke), wake_post
 
 
-def _wake_launch_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
-                      woke: np.ndarray) -> tuple[LinearFit, LinearFit]:
-    """``(wake, wake_launch)`` of `_wake_fits`."""
+def _wake_launch_fit(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
+                     woke: np.ndarray) -> LinearFit:
+    """``wake_launch`` of `_wake_fits`."""
     zero = LinearFit(["1"], [0.0])
-    wake = zero
-    if "wake_s" in st:
-        w = st["wake_s"].to_numpy(np.float64)
-        w = w[np.isfinite(w) & (w >= 0)]
-        if len(w) >= MIN_WAKE_ROWS:
-            wake = LinearFit(["1"], [float(np.median(w))], None, len(w), 0)
     rows = woke & np.isfinite(st["launch_end"].to_numpy(np.float64))
     if rows.sum() < MIN_WAKE_ROWS:
-        return wake, zero
+        return zero
     sub = st.loc[rows]
     if tl is not None:
         t = tl.reindex(sub.index)
@@ -143,8 +138,20 @@ def _wake_launch_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFr
     extra = measured - pred
     extra = extra[np.isfinite(extra)]
     if len(extra) < MIN_WAKE_ROWS:
-        return wake, zero
-    return wake, LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, len(extra), 0)
+        return zero
+    return LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, len(extra), 0)
+
+
+def _median_wake(st: pd.DataFrame, rows: np.ndarray) -> LinearFit | None:
+    """The median ``wake_s`` over ``rows`` (`HostFit.wake`), or None with fewer than
+    ``MIN_WAKE_ROWS`` values."""
+    if "wake_s" not in st:
+        return None
+    w = st["wake_s"].to_numpy(np.float64)[rows]
+    w = w[np.isfinite(w) & (w >= 0)]
+    if len(w) < MIN_WAKE_ROWS:
+        return None
+    return LinearFit(["1"], [float(np.median(w))], None, len(w), 0)
 
 
 def _log_ratio(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -250,7 +257,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             break
         slow = found
         fit = _fit_parts(st, y, base & ~slow, rng, terms) or fit
-    fit.wake, fit.wake_launch, fit.wake_post = _wake_fits(st, y, fit, tl, woke)  # wake_idle_s: WAKE_IDLE_S
+    fit.wake, fit.wake_launch, fit.wake_post = _wake_fits(st, y, fit, tl, woke, base)  # wake_idle_s: WAKE_IDLE_S
     if slow.any():
         fit.slow_share = float(slow[base].mean())
         fit.slow_factor = float(np.mean(factor[slow]))
@@ -262,7 +269,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
             fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
                                loop=sp.loop, post=sp.post, slow_share=0.0, slow_factor=1.0,
-                               slow_episode_s=0.0, spread=_spread(sp, st, y, spec), spec=None)
+                               slow_episode_s=0.0, spread=_spread(sp, st, y, spec),
+                               wake=_median_wake(st, spec) or fit.wake, spec=None)
     if not slow.any():
         return HostFitResult(fit, none)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))

@@ -217,8 +217,11 @@ def summary_lines(cal: Calibration) -> list[str]:
             verify = s.launch.get("verify")
             lines.append(f"  host speculating:   launch/decode base {1e3 * s.launch['decode'].coef[0]:.3f} ms, "
                          + (f"launch/verify base {1e3 * verify.coef[0]:.3f} ms, " if verify is not None else "")
-                         + f"sched base {1e3 * s.sched.coef[0]:.3f} ms, loop base {1e3 * s.loop.coef[0]:.3f} ms "
-                         f"(the profile's spec phase)")
+                         + f"sched base {1e3 * s.sched.coef[0]:.3f} ms, loop base {1e3 * s.loop.coef[0]:.3f} ms, "
+                         f"wake {1e3 * s.wake.coef[0]:.3f} ms"
+                         + (f", launch spread p10-p90 {np.interp(0.1, s.spread.levels, s.spread.ratio):.2f}-"
+                            f"{np.interp(0.9, s.spread.levels, s.spread.ratio):.2f}" if s.spread is not None else "")
+                         + " (the profile's spec phase)")
     notes = json.loads(cal.provenance.notes or "{}")
     if "descheduled" in notes:
         lines.append(f"  descheduled steps:  {notes['descheduled']} of {notes['rows']} "

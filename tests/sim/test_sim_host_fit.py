@@ -394,6 +394,19 @@ def test_a_speculating_phase_on_a_two_speed_host_is_fitted_at_its_mean(timeline_
     assert np.interp(0.75, levels, ratio) / np.interp(0.25, levels, ratio) == pytest.approx(1.8, rel=0.05)
 
 
+def test_a_speculating_engine_wakes_at_its_own_pace(timeline_steps) -> None:
+    """The speculating engine's loop takes longer from an arrival to its start after an idle
+    wait (``wake_s``): `HostFit.spec` has the median of its phase's, the plain fit its own."""
+    from twinserve.calibration.host_fit import SPEC_PHASE
+
+    plain = timeline_steps(1500, 8, wake_every=50, wake_s=150e-6).assign(phase="replay")
+    spec = timeline_steps(800, 9, wake_every=16, wake_s=280e-6).assign(phase=SPEC_PHASE)
+    steps = pd.concat([plain, spec], ignore_index=True)
+    h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
+    assert _coef(h.spec.wake, "1") == pytest.approx(280e-6, rel=1e-6)
+    assert _coef(h.wake, "1") == pytest.approx(150e-6, rel=1e-6)
+
+
 def test_a_host_as_fast_as_the_device_paces_steps_by_the_slower_of_the_two(run_sim) -> None:
     """Host and device each 1 ms a step: at the fit alone the steps come every 1 ms; with the
     host's spread (half the steps 0.5x, half 1.5x: the same mean) the device waits for the host
