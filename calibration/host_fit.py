@@ -102,10 +102,11 @@ def idle_before(steps: pd.DataFrame) -> pd.Series:
 
 def _wake_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
                woke: np.ndarray, rows: np.ndarray) -> tuple[LinearFit, LinearFit, LinearFit]:
-    """``(wake, wake_launch, wake_post)`` of `HostFit` over ``rows``: the median ``wake_s``, the median launch
-    work of the ``woke`` steps beyond what ``fit`` gives them (launch end less the mark, against
-    the regime's launch plus a waiting graph's ``pre``) and the median of their graph launches'
-    work after the replay beyond ``fit.post``; each 0 with fewer than ``MIN_WAKE_ROWS``."""
+    """``(wake, wake_launch, wake_post)`` of `HostFit` over ``rows``: the median ``wake_s``, the
+    median launch work of the ``woke`` steps beyond what ``fit`` gives them (launch end less the
+    mark, against the regime's launch plus a waiting graph's ``pre``) and the median of their
+    graph launches' work after the replay beyond ``fit.post``; each 0 with fewer than
+    ``MIN_WAKE_ROWS``."""
     zero = LinearFit(["1"], [0.0])
     wake_post = zero
     woke = woke & rows
