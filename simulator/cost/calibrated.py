@@ -74,8 +74,9 @@ class CalibratedCostModel(CostModel):
     gives the parts; ``overlap`` comes from the file unless overridden.
     When the engine's graph launches waited for the previous step (``host.sync_graph``), the
     step time of a graph step is device + launch (they cannot overlap), which is what the plain
-    loop needs; the pipelined loop takes the device part alone from ``host_parts``. ``noise_quantiles`` exposes the file's residual quantiles,
-    ``host_spread`` its host fit's ``spread``.
+    loop needs; the pipelined loop takes the device part alone from ``host_parts``.
+    ``noise_quantiles`` exposes the file's residual quantiles, ``host_spread`` its host fit's
+    ``spread``.
     """
 
     def __init__(self, calibration: Calibration | str | Path, overlap: bool | None = None,

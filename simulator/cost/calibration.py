@@ -191,8 +191,8 @@ class HostFit:
     checks every running request for a possible draft and its verify steps score every draft
     position, so all its host parts differ); None without one. ``spread``: quantiles of one
     step's measured / fitted launch work (stalls included), which a simulated step draws its
-    host parts' factor from; None: every step at the fit (the plain fit, whose slow stretches are episodes).
-    Invariant: ``spec.spec`` is None."""
+    host parts' factor from; None: every step at the fit (the plain fit, whose slow stretches
+    are episodes). Invariant: ``spec.spec`` is None."""
 
     sched: LinearFit
     launch: dict[str, LinearFit]
