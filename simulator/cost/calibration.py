@@ -247,9 +247,7 @@ class HostFit:
             if d[key] is None:
                 del d[key]
         if self.spec is not None:
-            del d["spec"]["spec"]
-            if self.spec.spread is None:
-                del d["spec"]["spread"]
+            d["spec"] = self.spec.to_dict()
         return d
 
 
