@@ -270,8 +270,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
             fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
                                loop=sp.loop, post=sp.post, slow_share=0.0, slow_factor=1.0,
-                               slow_episode_s=0.0, spread=_spread(sp, st, y, spec),
-                               wake=_median_wake(st, spec) or fit.wake, spec=None)
+                               slow_episode_s=0.0, wake=_median_wake(st, spec) or fit.wake, spec=None)
+            fit.spec.spread = _spread(fit.spec, st, y, spec)  # against the launches it will scale
     if not slow.any():
         return HostFitResult(fit, none)
     return HostFitResult(fit, pd.Series(slow, index=st.index).reindex(steps.index, fill_value=False))
@@ -396,10 +396,10 @@ def _levelled(fit: HostFit, st: pd.DataFrame, y: _Targets, rows: np.ndarray) -> 
 
 def _spread(fit: HostFit, st: pd.DataFrame, y: _Targets, rows: np.ndarray) -> Residuals | None:
     """Quantiles (`SPREAD_LEVELS`, finer in the top tail) of measured / fitted launch work over
-    ``rows``: how far one step's host strays from the levelled fit, stalls included (which
-    `_level` leaves out, so the mean is a little over 1). Where the host is about as fast as
-    the device, each engine step waits for the slower of the two, so a fit at the mean alone
-    runs fast."""
+    ``rows``: how far one step's host strays from ``fit`` (the speculating fit as the simulator
+    uses it), stalls included (which `_level` leaves out, so the mean is a little over 1).
+    Where the host is about as fast as the device, each engine step waits for the slower of
+    the two, so a fit at the mean alone runs fast."""
     pred = _launch_pred(fit, st, y.regime)
     ok = rows & np.isfinite(y.launch) & (pred > 0)
     if ok.sum() < MIN_SPEC_ROWS:
