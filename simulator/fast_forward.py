@@ -126,8 +126,11 @@ class FastForward:
         }
         for name in BatchFeatures.names():
             vals = [p.cols.column(name) for p in parts]
-            cols[name] = vals[0] if isinstance(vals[0], float) else \
-                np.concatenate([v[: len(p.wall)] for v, p in zip(vals, parts)])
+            if all(isinstance(v, float) and v == vals[0] for v in vals):
+                cols[name] = vals[0]
+            else:  # a field may vary in one part and be constant in another (`FIRST_STEP_ONLY`)
+                cols[name] = np.concatenate([np.broadcast_to(v, (p.cols.size,))[: len(p.wall)]
+                                             for v, p in zip(vals, parts)])
         self.steps.add_block(cols, sc.k)
 
     @staticmethod

@@ -70,8 +70,7 @@ class DecodeStretch:
     def find(cls, sched: StretchScheduler, limit: int) -> DecodeStretch | None:
         """The longest stretch of at most ``limit`` steps, or None when there is none.
 
-        One exists when no batch is in flight, every running request is decoding, past its first
-        decode (`BatchFeatures.first_decodes` is 0 in every step), with
+        One exists when no batch is in flight, every running request is decoding with
         ``ignore_eos`` (or no EOS ids) and no stop ids, nothing can be admitted, and the pages
         those steps need are free or evictable from the prefix cache (no preemption). Assumes
         no arrival during the stretch (the caller's ``limit``).
@@ -89,7 +88,7 @@ class DecodeStretch:
         eos = bool(sched.eos)
         left = limit + 1
         for r in running:
-            if r.num_tokens - r.num_computed != 1 or r.num_tokens - r.prompt_len < 2:  # no first decodes
+            if r.num_tokens - r.num_computed != 1 or r.num_tokens == r.prompt_len:
                 return None
             p = r.params
             if (eos and not p.ignore_eos) or p.stop_token_ids:
@@ -121,8 +120,11 @@ class DecodeStretch:
         return cls(sched, k, c, npg) if k >= 1 else None
 
     def features(self, k: int, plan: GraphPlan) -> list[BatchFeatures]:
-        """Features of each of the first ``k`` steps, as ``plan`` runs them."""
+        """Features of each of the first ``k`` steps, as ``plan`` runs them. Only the first step
+        can hold first decodes (`BatchFeatures.first_decodes`): the requests whose prefill ended
+        with the step before the stretch."""
         sched, c = self.sched, self._computed
+        first = sum(1 for r in sched.running if r.num_tokens - r.prompt_len == 1)
         b = len(c)
         total = int(c.sum())
         top = int(c.max())
@@ -135,7 +137,8 @@ class DecodeStretch:
                           decode_ctx=total + b * j, prefill_ctx=0, prefill_attn=0,
                           padded_decodes=padded, max_ctx=top + j,
                           decode_unique_ctx=total + b * j - shared, padded_tokens=rows,
-                          eager_step=eager, graph_replay=replay, wide_tiles=wide)
+                          eager_step=eager, graph_replay=replay, wide_tiles=wide,
+                          first_decodes=first if j == 1 else 0)
             for j in range(1, k + 1)
         ]
 

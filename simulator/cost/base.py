@@ -12,6 +12,10 @@ from twinserve.core.batch import BatchFeatures, prompt_rows_of, verify_step_of
 from twinserve.core.graph_plan import piece_step_of
 from twinserve.core.registry import Registry
 
+# Fields of a decode stretch's steps that only its first step may hold (`FeatureColumns.arithmetic`):
+# the first decodes of the requests whose prefill ended just before it.
+FIRST_STEP_ONLY: frozenset[str] = frozenset({"first_decodes"})
+
 # The elementwise maximum a formula uses: builtin ``max`` on floats, ``np.maximum`` on arrays.
 Max = Callable[[Any, Any], Any]
 
@@ -44,14 +48,21 @@ class FeatureColumns:
     def arithmetic(cls, first: BatchFeatures, second: BatchFeatures, j0: int, m: int) -> "FeatureColumns":
         """Steps ``j0 .. j0+m-1`` of a sequence whose features grow linearly: step ``j`` is
         ``first + j * (second - first)`` field by field (a fast-forward decode stretch: every
-        sequence gains one token per step). Integer arithmetic, then one conversion to float;
-        a field that does not change stays a Python float (formulas broadcast it)."""
+        sequence gains one token per step), except the fields of `FIRST_STEP_ONLY`, which hold
+        ``first``'s value at step 0 and ``second``'s after it. Integer arithmetic, then one
+        conversion to float; a field that does not change stays a Python float (formulas
+        broadcast it)."""
         self = cls.__new__(cls)
         j: np.ndarray | None = None
         for n in BatchFeatures.names():
             a, b = getattr(first, n), getattr(second, n)
-            if a == b:
-                setattr(self, n, float(a))
+            if a == b or (n in FIRST_STEP_ONLY and j0 > 0):
+                setattr(self, n, float(b))
+                continue
+            if n in FIRST_STEP_ONLY:
+                col = np.full(m, b, dtype=np.float64)
+                col[0] = a
+                setattr(self, n, col)
                 continue
             if j is None:
                 j = np.arange(j0, j0 + m, dtype=np.int64)

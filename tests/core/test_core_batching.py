@@ -229,10 +229,9 @@ def test_dense_layers_follow_the_graph_the_engine_replays() -> None:
     for i in range(10):
         s.add(make_req(i, 3, max_tokens=5))
     step(s, 0)
-    assert DecodeStretch.find(s, 2) is None  # the next step holds first decodes: no stretch
-    step(s, 1)
     f = DecodeStretch.find(s, 2).features(2, GraphPlan(max_graph_bs=8))
     assert [(x.padded_tokens, x.eager_step) for x in f] == [(16, 0), (16, 0)]  # 10 decodes > 8: pieces
+    assert [x.first_decodes for x in f] == [10, 0]
     big = make_sched(cache="none", max_num_batched_tokens=4096, chunk_size=4096, num_pages=1024)
     big.add(make_req(0, 3000, max_tokens=2))
     g = big.schedule(0).features(GraphPlan(piecewise_max_tokens=2048))

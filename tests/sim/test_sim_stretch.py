@@ -16,6 +16,7 @@ from twinserve.core.request import Req
 from twinserve.core.sampling import SamplingParams
 from twinserve.core.scheduler import Scheduler
 from twinserve.policies.factory import build_scheduler
+from twinserve.simulator.cost.base import FeatureColumns
 from twinserve.simulator.replica import batch_tokens
 from twinserve.simulator.stretch import DecodeStretch, StretchScheduler
 
@@ -82,16 +83,36 @@ def test_a_stretch_is_applied_once_and_only_for_its_length() -> None:
         st.apply(np.arange(1.0, 2.0))
 
 
-def test_no_stretch_while_a_batch_is_in_flight_a_request_prefills_or_first_decodes() -> None:
+def test_no_stretch_while_a_batch_is_in_flight_or_a_request_prefills() -> None:
     s = _sched("fcfs", "radix", 60)
     assert DecodeStretch.find(s, 10) is None  # everything still waits
     b = s.schedule(0.0)
     assert DecodeStretch.find(s, 10) is None  # in flight
     s.complete(b, batch_tokens(b), 1.0)
-    assert DecodeStretch.find(s, 10) is None  # the next step holds first decodes (`first_decodes`)
-    b = s.schedule(1.0)
-    s.complete(b, batch_tokens(b), 2.0)
     assert DecodeStretch.find(s, 10) is not None
+
+
+@pytest.mark.parametrize("before", [1, 2])
+def test_a_stretch_has_the_features_of_its_steps_first_decodes_included(before: int) -> None:
+    a, b = _sched("fcfs", "radix", 60), _sched("fcfs", "radix", 60)
+    ta = _one_by_one(a, 0.0, before, decodes=False)
+    _one_by_one(b, 0.0, before, decodes=False)
+    st = DecodeStretch.find(b, 6)
+    assert st is not None and st.k == 6
+    mine = st.features(6, DEFAULT_PLAN)
+    theirs = []
+    for _ in range(6):
+        batch = a.schedule(ta)
+        theirs.append(batch.features(DEFAULT_PLAN))
+        ta += 1.0
+        a.complete(batch, batch_tokens(batch), ta)
+    assert mine == theirs
+    assert [f.first_decodes for f in mine] == ([6, 0, 0, 0, 0, 0] if before == 1 else [0] * 6)
+    cols = FeatureColumns.arithmetic(mine[0], mine[1], 0, 6)
+    assert np.array_equal(np.broadcast_to(cols.first_decodes, (6,)), [f.first_decodes for f in mine])
+    later = FeatureColumns.arithmetic(mine[0], mine[1], 2, 4)
+    assert np.array_equal(np.broadcast_to(later.first_decodes, (4,)), [0] * 4)
+    assert np.array_equal(later.decode_ctx, [f.decode_ctx for f in mine[2:]])
 
 
 def test_a_stretch_stops_where_the_pages_run_out() -> None:
