@@ -207,7 +207,12 @@ def cost_model(cm: Mapping[str, Any], shape: ModelShape, hw: GPUSpec, tp: int) -
     else roofline."""
     name = str(cm["name"])
     overlap = cm.get("overlap")
-    dirs = [*(cm.get("calibration_dirs") or []), CALIBRATIONS_DIR]
+    given = [str(d) for d in cm.get("calibration_dirs") or []]
+    missing = [d for d in given if not Path(d).is_dir()]
+    if missing:
+        raise UserError(f"cost_model.calibration_dirs: no such directory: {', '.join(missing)}",
+                        "cost_model.calibration_dirs")
+    dirs = [*given, CALIBRATIONS_DIR]
     path = cm.get("path")
     if name in ("auto", "calibrated") and not path:
         found = find_calibration(hw.name, shape.name, tp, dirs)

@@ -126,6 +126,8 @@ def test_cost_model_auto_prefers_a_calibration(make_cfg: Any, tmp_path: Path) ->
     assert s2["run"]["cost_model"]["name"] == "roofline"
     with pytest.raises(UserError, match="no calibration"):
         run_experiment(make_cfg("cost_model=calibrated", "model=llama3.1-8b"), tmp_path / "c")
+    with pytest.raises(UserError, match="no such directory"):  # a typo does not fall back to roofline
+        run_experiment(make_cfg(f"cost_model.calibration_dirs=[{tmp_path / 'cla'}]"), tmp_path / "d")
 
 
 def test_a_cap_the_calibration_profile_did_not_run_is_warned_about(make_cfg: Any, tmp_path: Path) -> None:
