@@ -30,6 +30,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "step-kernels": Benchmark("twinserve.bench.step_kernels",
                               "decode, mixed-step and prefill attention, KV store and sampling kernels by variant (CUDA)"),
     "spec": Benchmark("twinserve.bench.spec", "speculative decoding (ngram, draft=layers:N) against plain decoding"),
+    "overlap": Benchmark("twinserve.bench.overlap",
+                         "a decode step's attention beside its matrix products: two half batches on two streams (CUDA)"),
     "gemm-shapes": Benchmark("twinserve.bench.gemm_shapes", "cuBLAS time of a model's projections by token count (CUDA)"),
     "offline": Benchmark("twinserve.bench.offline",
                          "engine offline throughput (mini-sglang's recipe) and decode steps against the bandwidth bound"),
