@@ -126,11 +126,11 @@ class FastForward:
         }
         for name in BatchFeatures.names():
             vals = [p.cols.column(name) for p in parts]
-            if all(isinstance(v, float) and v == vals[0] for v in vals):
-                cols[name] = vals[0]
-            else:  # a field may vary in one part and be constant in another (`FIRST_STEP_ONLY`)
-                cols[name] = np.concatenate([np.broadcast_to(v, (p.cols.size,))[: len(p.wall)]
-                                             for v, p in zip(vals, parts)])
+            # one float in the first part: the same float in every part; else arrays, except a
+            # `FIRST_STEP_ONLY` field, constant after the first part
+            cols[name] = vals[0] if isinstance(vals[0], float) else \
+                np.concatenate([v[: len(p.wall)] if isinstance(v, np.ndarray) else np.full(len(p.wall), v)
+                                for v, p in zip(vals, parts)])
         self.steps.add_block(cols, sc.k)
 
     @staticmethod
