@@ -33,6 +33,19 @@ def noisy_model() -> Any:
     return COST_MODELS.create("calibrated", calibration=cal)
 
 
+def first_decode_model() -> Any:
+    """Steps with first decodes cost more on both sides, so a stretch that starts with them must
+    price its first step apart from the rest."""
+    cal = Calibration(
+        provenance=Provenance("h200", "tiny", 1),
+        regimes={"decode": LinearFit(["1", "num_seqs", "first_decodes"], [2e-3, 1e-5, 4e-4]),
+                 "prefill": LinearFit(["1", "new_tokens"], [3e-3, 2e-5])},
+        cpu=CpuFit(["1", "num_seqs", "first_decodes"], [5e-4, 2e-5, 3e-4], overlap=True))
+    return COST_MODELS.create("calibrated", calibration=cal)
+
+
+MODELS = {"noisy": noisy_model, "first_decodes": first_decode_model}
+
 CASES = [
     dict(),                                                   # roofline, radix, one replica
     dict(cache="none", max_num_batched_tokens=512, chunk_size=256),
@@ -43,6 +56,7 @@ CASES = [
     dict(memory="reserve", num_pages=400, cost="noisy", noise=True, seed=5),
     dict(lag_arrivals=True),                                  # the overlapping engine's arrival lag
     dict(lag_arrivals=True, replicas=2, router="least_loaded", cost="noisy", noise=True, num_pages=120),
+    dict(cost="first_decodes"),
 ]
 
 
@@ -51,8 +65,8 @@ CASES = [
 def test_fast_forward_equals_step_by_step(run_sim: Any, poisson: Any, case: int, seed: int) -> None:
     kw = dict(CASES[case])
     expect_preemptions = kw.pop("expect_preemptions", False)
-    if kw.get("cost") == "noisy":
-        kw["cost"] = noisy_model()
+    if kw.get("cost") in MODELS:
+        kw["cost"] = MODELS[kw["cost"]]()
     w = poisson(n=60, rate=float(np.random.default_rng(seed).uniform(2, 40)), seed=seed + 10 * case)
     off = run_sim(w, fast_forward=False, **kw)
     on = run_sim(w, fast_forward=True, **kw)
