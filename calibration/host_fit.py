@@ -108,14 +108,26 @@ def _wake_fits(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | N
     graph launches' work after the replay beyond ``fit.post``; each 0 with fewer than
     ``MIN_WAKE_ROWS``."""
     zero = LinearFit(["1"], [0.0])
-    wake_post = zero
     woke = woke & rows
     posts = woke & np.isfinite(y.woke_post) & (y.woke_post >= 0)
-    if posts.sum() >= MIN_WAKE_ROWS:
-        extra = y.woke_post[posts] - fit_values(fit.post, st.loc[posts])
-        wake_post = LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, int(posts.sum()), 0)
+    wake_post = _median_excess(y.woke_post[posts], fit_values(fit.post, st.loc[posts]))
     wake = _median_wake(st, rows) or zero
     return wake, _wake_launch_fit(st, y, fit, tl, woke), wake_post
+
+
+def _wake_sched_fit(st: pd.DataFrame, y: _Targets, fit: HostFit, woke: np.ndarray) -> LinearFit:
+    """``wake_sched`` of `HostFit`: the median schedule time of the ``woke`` steps beyond what
+    ``fit.sched`` gives them (0 with fewer than ``MIN_WAKE_ROWS``)."""
+    rows = woke & np.isfinite(y.sched)
+    return _median_excess(y.sched[rows], fit_values(fit.sched, st.loc[rows]))
+
+
+def _median_excess(measured: np.ndarray, fitted: np.ndarray) -> LinearFit:
+    """A constant fit of the median of ``measured - fitted`` (at least 0), or 0 with fewer than
+    ``MIN_WAKE_ROWS`` values."""
+    if len(measured) < MIN_WAKE_ROWS:
+        return LinearFit(["1"], [0.0])
+    return LinearFit(["1"], [max(float(np.median(measured - fitted)), 0.0)], None, len(measured), 0)
 
 
 def _wake_launch_fit(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFrame | None,
@@ -259,6 +271,7 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
         slow = found
         fit = _fit_parts(st, y, base & ~slow, rng, terms) or fit
     fit.wake, fit.wake_launch, fit.wake_post = _wake_fits(st, y, fit, tl, woke, base)  # wake_idle_s: WAKE_IDLE_S
+    fit.wake_sched = _wake_sched_fit(st, y, fit, woke & base)
     if slow.any():
         fit.slow_share = float(slow[base].mean())
         fit.slow_factor = float(np.mean(factor[slow]))
@@ -270,7 +283,8 @@ def fit_host(steps: pd.DataFrame, rng: np.random.Generator,
             own = {k: v for k, v in sp.launch.items() if k in ("decode", VERIFY_REGIME)}
             fit.spec = replace(fit, sched=sp.sched, launch={**fit.launch, **own}, complete=sp.complete,
                                loop=sp.loop, post=sp.post, slow_share=0.0, slow_factor=1.0,
-                               slow_episode_s=0.0, wake=_median_wake(st, spec) or fit.wake, spec=None)
+                               slow_episode_s=0.0, wake=_median_wake(st, spec) or fit.wake,
+                               wake_sched=_wake_sched_fit(st, y, sp, woke & spec), spec=None)
             fit.spec.spread = _spread(fit.spec, st, y, spec)  # against the launches it will scale
     if not slow.any():
         return HostFitResult(fit, none)

@@ -211,14 +211,15 @@ def summary_lines(cal: Calibration) -> list[str]:
                      f"(left out of the fits)")
         lines.append(f"  host wake:          {1e3 * h.wake.coef[0]:.3f} ms arrival to loop (n={h.wake.n}), "
                      f"+{1e3 * h.wake_launch.coef[0]:.3f} ms launch after > {1e3 * h.wake_idle_s:.0f} ms idle "
-                     f"(n={h.wake_launch.n}), {1e3 * h.wake_post.coef[0]:.3f} ms of it after a graph's replay")
+                     f"(n={h.wake_launch.n}), {1e3 * h.wake_post.coef[0]:.3f} ms of it after a graph's replay, "
+                     f"+{1e3 * h.wake_sched.coef[0]:.3f} ms schedule")
         if h.spec is not None:
             s = h.spec
             verify = s.launch.get("verify")
             lines.append(f"  host speculating:   launch/decode base {1e3 * s.launch['decode'].coef[0]:.3f} ms, "
                          + (f"launch/verify base {1e3 * verify.coef[0]:.3f} ms, " if verify is not None else "")
                          + f"sched base {1e3 * s.sched.coef[0]:.3f} ms, loop base {1e3 * s.loop.coef[0]:.3f} ms, "
-                         f"wake {1e3 * s.wake.coef[0]:.3f} ms"
+                         f"wake {1e3 * s.wake.coef[0]:.3f} ms, +{1e3 * s.wake_sched.coef[0]:.3f} ms schedule"
                          + (f", launch spread p10-p90 {np.interp(0.1, s.spread.levels, s.spread.ratio):.2f}-"
                             f"{np.interp(0.9, s.spread.levels, s.spread.ratio):.2f}" if s.spread is not None else "")
                          + " (the profile's spec phase)")

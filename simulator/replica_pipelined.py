@@ -93,7 +93,8 @@ class PipelinedReplica(Replica):
                 f = batch.features(self.plan)
                 hp = self._host_parts(f, t)
                 if woke:
-                    hp = replace(hp, launch=hp.launch + wake.launch, post=hp.post + wake.post if hp.graph else hp.post)
+                    hp = replace(hp, sched=hp.sched + wake.sched, launch=hp.launch + wake.launch,
+                                 post=hp.post + wake.post if hp.graph else hp.post)
                     woke = False
                 if spec is not None and batch.drafts is not None and spec.draft_price is not None:
                     # the draft model proposes

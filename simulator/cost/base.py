@@ -140,14 +140,16 @@ class HostParts:
 @dataclass(frozen=True, slots=True)
 class WakeParts:
     """What the engine's loop pays for having sat idle, in seconds: ``delay`` from the arrival
-    that ends the wait to the loop's next iteration, and ``launch``, extra launch work of that
-    iteration's step when the wait lasted longer than ``idle_s``, of which ``post`` runs after a
-    graph step's replay was enqueued. Invariant: all >= 0, ``post <= launch``."""
+    that ends the wait to the loop's next iteration, and ``sched`` and ``launch``, extra schedule
+    and launch work of that iteration's step when the wait lasted longer than ``idle_s``, of
+    which ``post`` runs after a graph step's replay was enqueued. Invariant: all >= 0,
+    ``post <= launch``."""
 
     delay: float = 0.0
     launch: float = 0.0
     idle_s: float = 0.0
     post: float = 0.0
+    sched: float = 0.0
 
 
 class CostModel(ABC):

@@ -181,8 +181,9 @@ class CalibratedCostModel(CostModel):
         if h is None:
             return WakeParts()
         one = FeatureScalars(BatchFeatures())
-        delay, launch, post = (max(float(_Linear(fit)(one, max)), 0.0) for fit in (h.wake, h.wake_launch, h.wake_post))
-        return WakeParts(delay, launch, max(float(h.wake_idle_s), 0.0), min(post, launch))
+        delay, launch, post, sched = (max(float(_Linear(fit)(one, max)), 0.0)
+                                      for fit in (h.wake, h.wake_launch, h.wake_post, h.wake_sched))
+        return WakeParts(delay, launch, max(float(h.wake_idle_s), 0.0), min(post, launch), sched)
 
     def speculating(self) -> "CalibratedCostModel":
         """With a host fit of the profile's speculative phase (`HostFit.spec`): a model whose host

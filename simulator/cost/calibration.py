@@ -186,7 +186,8 @@ class HostFit:
     ``wake``, from the arrival that ends the wait to the loop's start (the engine's ``wake_s``),
     and ``wake_launch``, the extra launch work of the first step when the loop had been idle
     longer than ``wake_idle_s`` (the other parts are fitted on steps without such a wait), of
-    which ``wake_post`` more runs after a graph step's replay was enqueued. ``spec``: the same
+    which ``wake_post`` more runs after a graph step's replay was enqueued, and ``wake_sched``,
+    that step's extra schedule time. ``spec``: the same
     parts for an engine that speculates, fitted on the profile's speculative phase (its loop
     checks every running request for a possible draft and its verify steps score every draft
     position, so all its host parts differ); None without one. ``spread``: quantiles of one
@@ -210,6 +211,7 @@ class HostFit:
     wake_launch: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     wake_idle_s: float = WAKE_IDLE_S
     wake_post: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
+    wake_sched: LinearFit = field(default_factory=lambda: LinearFit(["1"], [0.0]))
     spread: "Residuals | None" = None
     spec: "HostFit | None" = None
 
@@ -222,7 +224,7 @@ class HostFit:
     def fits(self) -> list[LinearFit]:
         """Every linear model of the host side (each part, each regime's launch; `spec`'s too)."""
         return [self.sched, self.complete, self.loop, self.tail, self.pre, self.post, self.wake, self.wake_launch,
-                self.wake_post, *self.launch.values(), *(self.spec.fits() if self.spec is not None else [])]
+                self.wake_post, self.wake_sched, *self.launch.values(), *(self.spec.fits() if self.spec is not None else [])]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HostFit":
@@ -237,6 +239,7 @@ class HostFit:
                    wake=LinearFit(**d.get("wake", zero)), wake_launch=LinearFit(**d.get("wake_launch", zero)),
                    wake_idle_s=float(d.get("wake_idle_s", WAKE_IDLE_S)),
                    wake_post=LinearFit(**d.get("wake_post", zero)),
+                   wake_sched=LinearFit(**d.get("wake_sched", zero)),
                    spread=Residuals(**d["spread"]) if d.get("spread") else None,
                    spec=cls.from_dict(d["spec"]) if d.get("spec") else None)
 

@@ -55,7 +55,7 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
                     wake_s: float = 0.0, verify_every: int = 0,
                     verify_extra: tuple[float, float, float] = (0.0, 0.0, 0.0), wake_post: float = 0.0,
                     prompt_every: int = 0, prompt_loop: float = 0.0, first_every: int = 0,
-                    first_launch: float = 0.0, host_factor: float = 1.0) -> pd.DataFrame:
+                    first_launch: float = 0.0, host_factor: float = 1.0, wake_sched: float = 0.0) -> pd.DataFrame:
     """Decode-only CUDA-graph steps laid out by the engine's overlap loop with known parts: sched
     50 us + 1 us/seq, launch 300 us + 2 us/seq, complete 40 us + 1 us/seq, loop 30 us, graph
     1 ms + 20 us/seq (it starts once launched). ``sync``: the launch waits for the previous
@@ -69,7 +69,8 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
     and ``eager_step`` 0; the others ``graph_replay`` 1) and launches ``piece_launch`` longer.
     ``wake_every``: every such iteration (from the first) follows an idle wait instead: the
     previous step's tokens are delivered, the loop sleeps 10 ms, and the step is a lone prefill
-    (no decodes) that launches ``wake_launch`` longer and records ``wake_s``.
+    (no decodes) that schedules ``wake_sched`` and launches ``wake_launch`` longer and records
+    ``wake_s``.
     ``verify_every``: every such step (from the second) has 1-3 rows that verify a draft
     (``verify_rows``; 0 on the others) and spends ``verify_extra`` (sched, launch, complete)
     seconds longer in those parts. ``wake_post``: a woken step's replay is enqueued that much
@@ -93,6 +94,7 @@ def _timeline_steps(n: int, seed: int, sync: bool = False, pre: float = 0.0,
         pieces = bool(pieces_every) and i % pieces_every == 1
         sched, launch, comp, loop = f * (50e-6 + 1e-6 * b), f * (300e-6 + 2e-6 * b), f * (40e-6 + 1e-6 * b), f * 30e-6
         launch += f * piece_launch * pieces + wake_launch * woke
+        sched += wake_sched * woke
         prompt = bool(prompt_every) and i % prompt_every == 0
         first = bool(first_every) and i % first_every == 1
         loop += prompt_loop * prompt

@@ -282,8 +282,8 @@ def test_features_list_what_every_host_part_reads() -> None:
                       {"decode": LinearFit(["1"], [1e-3]), "prefill": LinearFit(["1", "new_tokens"], [2e-3, 2e-6])},
                       CpuFit(["1"], [0.0]), host=host)
     assert cal.features == ["max_ctx", "new_tokens", "num_decodes"]
-    assert len(host.fits()) == 11 and all(f in host.fits() for f in (host.post, host.tail, host.wake, host.wake_launch,
-                                                                        host.wake_post))
+    assert len(host.fits()) == 12 and all(f in host.fits() for f in (host.post, host.tail, host.wake, host.wake_launch,
+                                                                        host.wake_post, host.wake_sched))
 
 
 def test_the_wave_size_is_chosen_one_profiled_workload_out() -> None:

@@ -301,13 +301,14 @@ def test_the_eager_tail_grows_with_the_steps_sequences_and_is_fitted_on_their_sp
 def test_the_first_step_after_an_idle_wait_gets_its_own_wake_parts(timeline_steps, tmp_path) -> None:
     from twinserve.calibration.host_fit import WAKE_IDLE_S, idle_before
 
-    steps = timeline_steps(1500, 4, wake_every=50, wake_launch=1.2e-3, wake_s=250e-6)
+    steps = timeline_steps(1500, 4, wake_every=50, wake_launch=1.2e-3, wake_s=250e-6, wake_sched=90e-6)
     woke = steps.index[steps["num_decodes"] == 0]
     gap = idle_before(steps)
     assert (gap.loc[woke] > WAKE_IDLE_S).all() and gap.drop(woke).isna().all()
     h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
     assert h.wake_launch.n == len(woke) and h.wake_launch.coef[0] == pytest.approx(1.2e-3, rel=1e-6)
     assert h.wake.n == len(woke) and h.wake.coef[0] == pytest.approx(250e-6)
+    assert h.wake_sched.n == len(woke) and h.wake_sched.coef[0] == pytest.approx(90e-6, rel=1e-6)
     assert h.wake_idle_s == WAKE_IDLE_S
     # the other parts are fitted on the steps without a wait: the launch's base is untouched
     assert _coef(h.launch["decode"], "1") == pytest.approx(300e-6, rel=1e-6)
@@ -320,11 +321,13 @@ def test_the_first_step_after_an_idle_wait_gets_its_own_wake_parts(timeline_step
     cal = fit_calibration(_with_prefill_rows(steps), Provenance("h200", "llama3-8b", 1))
     path = cal.save(tmp_path / "c.json")
     wake = COST_MODELS.create("calibrated", calibration=str(path)).wake_parts()
-    assert (wake.delay, wake.launch, wake.idle_s) == pytest.approx((250e-6, 1.2e-3, WAKE_IDLE_S), rel=1e-6)
+    assert (wake.delay, wake.launch, wake.idle_s, wake.sched) == pytest.approx((250e-6, 1.2e-3, WAKE_IDLE_S, 90e-6),
+                                                                               rel=1e-6)
     old = Calibration.load(path).to_dict()
-    for k in ("wake", "wake_launch", "wake_idle_s"):
+    for k in ("wake", "wake_launch", "wake_idle_s", "wake_sched"):
         del old["host"][k]
-    assert COST_MODELS.create("calibrated", calibration=Calibration.from_dict(old)).wake_parts().launch == 0.0
+    parts = COST_MODELS.create("calibrated", calibration=Calibration.from_dict(old)).wake_parts()
+    assert parts.launch == 0.0 and parts.sched == 0.0
 
 
 def test_a_speculating_engines_phase_gets_host_parts_of_its_own(timeline_steps, tmp_path) -> None:
@@ -396,15 +399,18 @@ def test_a_speculating_phase_on_a_two_speed_host_is_fitted_at_its_mean(timeline_
 
 def test_a_speculating_engine_wakes_at_its_own_pace(timeline_steps) -> None:
     """The speculating engine's loop takes longer from an arrival to its start after an idle
-    wait (``wake_s``): `HostFit.spec` has the median of its phase's, the plain fit its own."""
+    wait (``wake_s``) and to schedule the step after it: `HostFit.spec` has the medians of its
+    phase's, the plain fit its own."""
     from twinserve.calibration.host_fit import SPEC_PHASE
 
-    plain = timeline_steps(1500, 8, wake_every=50, wake_s=150e-6).assign(phase="replay")
-    spec = timeline_steps(800, 9, wake_every=16, wake_s=280e-6).assign(phase=SPEC_PHASE)
+    plain = timeline_steps(1500, 8, wake_every=50, wake_s=150e-6, wake_sched=40e-6).assign(phase="replay")
+    spec = timeline_steps(800, 9, wake_every=16, wake_s=280e-6, wake_sched=120e-6).assign(phase=SPEC_PHASE)
     steps = pd.concat([plain, spec], ignore_index=True)
     h = fit_host(steps, np.random.default_rng(0), tl=timeline_frame(steps)).fit
     assert _coef(h.spec.wake, "1") == pytest.approx(280e-6, rel=1e-6)
     assert _coef(h.wake, "1") == pytest.approx(150e-6, rel=1e-6)
+    assert _coef(h.spec.wake_sched, "1") == pytest.approx(120e-6, rel=0.05)  # its phase's schedule
+    assert _coef(h.wake_sched, "1") == pytest.approx(40e-6, rel=0.05)
 
 
 def test_a_host_as_fast_as_the_device_paces_steps_by_the_slower_of_the_two(run_sim) -> None:

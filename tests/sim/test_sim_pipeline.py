@@ -128,12 +128,12 @@ class _Waking(_Fixed):
     launch work for its first step (eager: the device then ends 2 + 9 ms after the mark, not 10)
     when the wait lasted over ``idle_s``."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, sched: float = 0.0) -> None:
         super().__init__()
-        self.idle_s = idle_s
+        self.idle_s, self.sched = idle_s, sched
 
     def wake_parts(self) -> WakeParts:
-        return WakeParts(delay=0.0003, launch=0.009, idle_s=self.idle_s)
+        return WakeParts(delay=0.0003, launch=0.009, idle_s=self.idle_s, sched=self.sched)
 
 
 def test_the_loop_pays_for_waking_from_an_idle_wait(run_sim) -> None:
@@ -160,3 +160,5 @@ def test_the_loop_pays_for_waking_from_an_idle_wait(run_sim) -> None:
     long = times(_Waking(idle_s=0.001))
     assert long[0] == pytest.approx(hand)
     assert long[1] == pytest.approx([0.0158, 0.0238, 0.0338, 0.0438, 0.0538])
+    slower = times(_Waking(idle_s=0.001, sched=0.002))  # 2 ms more schedule work: all 2 ms later
+    assert slower[0] == pytest.approx(hand) and slower[1] == pytest.approx(long[1] + 0.002)
