@@ -58,3 +58,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if name not in BENCHMARKS:
         raise SystemExit(f"twinserve-bench: unknown benchmark {name!r}\n\n{usage()}")
     importlib.import_module(BENCHMARKS[name].module).main(rest)
+
+
+if __name__ == "__main__":
+    main()
