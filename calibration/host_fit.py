@@ -148,11 +148,8 @@ def _wake_launch_fit(st: pd.DataFrame, y: _Targets, fit: HostFit, tl: pd.DataFra
     pred = _launch_pred(fit, sub, y.regime[rows])
     if fit.sync_graph:
         pred = pred + np.where(graph, fit_values(fit.pre, sub), 0.0)
-    extra = measured - pred
-    extra = extra[np.isfinite(extra)]
-    if len(extra) < MIN_WAKE_ROWS:
-        return zero
-    return LinearFit(["1"], [max(float(np.median(extra)), 0.0)], None, len(extra), 0)
+    ok = np.isfinite(measured - pred)
+    return _median_excess(measured[ok], pred[ok])
 
 
 def _median_wake(st: pd.DataFrame, rows: np.ndarray) -> LinearFit | None:
