@@ -88,12 +88,12 @@ class DecodeStretch:
         eos = bool(sched.eos)
         left = limit + 1
         for r in running:
-            if r.num_tokens - r.num_computed != 1 or r.num_tokens == r.prompt_len:
+            if r.num_tokens - r.num_computed != 1 or r.num_output == 0:
                 return None
             p = r.params
             if (eos and not p.ignore_eos) or p.stop_token_ids:
                 return None
-            lft = p.max_tokens - (r.num_tokens - r.prompt_len)
+            lft = p.max_tokens - r.num_output
             if lft < left:
                 left = lft
         k = min(limit, left - 1)
@@ -124,7 +124,7 @@ class DecodeStretch:
         can hold first decodes (`BatchFeatures.first_decodes`): the requests whose prefill ended
         with the step before the stretch."""
         sched, c = self.sched, self._computed
-        first = sum(1 for r in sched.running if r.num_tokens - r.prompt_len == 1)
+        first = sum(1 for r in sched.running if r.num_output == 1)
         b = len(c)
         total = int(c.sum())
         top = int(c.max())
@@ -173,7 +173,7 @@ class DecodeStretch:
         policy = sched.policy
         on_compute = policy.on_compute if policy.tracks_compute else None
         for r in running:
-            first = r.num_tokens - r.prompt_len
+            first = r.num_output
             hint = r.output_hint
             if hint is not None and first + k <= len(hint):
                 vals: np.ndarray | int = hint[first : first + k]
