@@ -196,14 +196,13 @@ class CalibratedCostModel(CostModel):
         return out
 
     def noise_quantiles(self) -> tuple[np.ndarray, np.ndarray] | None:
-        r = self.calibration.residuals
-        return np.asarray(r.levels, dtype=np.float64), np.asarray(r.ratio, dtype=np.float64)
+        return self.calibration.residuals.arrays()
 
     def host_spread(self) -> tuple[np.ndarray, np.ndarray] | None:
         h = self.calibration.host
         if h is None or h.spread is None:
             return None
-        return np.asarray(h.spread.levels, dtype=np.float64), np.asarray(h.spread.ratio, dtype=np.float64)
+        return h.spread.arrays()
 
     def describe(self) -> dict[str, Any]:
         p = self.calibration.provenance

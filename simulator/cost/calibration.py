@@ -269,6 +269,10 @@ class Residuals:
                 any(b < a for a, b in zip(self.ratio, self.ratio[1:])):
             raise ValueError("residual levels and ratios must be non-decreasing")
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(levels, ratio)`` as float64 arrays, as the simulator's noise streams take them."""
+        return np.asarray(self.levels, dtype=np.float64), np.asarray(self.ratio, dtype=np.float64)
+
 
 class SizeTable:
     """Per-CUDA-graph-batch-size values of a decode fit (``decode_offsets`` or
