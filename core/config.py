@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from twinserve.core.errors import bad_value
+
 
 @dataclass(slots=True)
 class SchedulerConfig:
@@ -32,10 +34,12 @@ class SchedulerConfig:
     max_model_len: int = 32768
 
     def validate(self) -> None:
+        """Every size is at least 1 (else a `UserError` naming the field); ``chunk_size`` is
+        capped at the step budget."""
         for name in ("max_num_batched_tokens", "max_running", "chunk_size", "page_size", "num_pages",
                      "max_model_len"):
             if getattr(self, name) < 1:
-                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise bad_value(f"SchedulerConfig.{name}", getattr(self, name), "allowed: >= 1")
         if self.chunk_size > self.max_num_batched_tokens:
             self.chunk_size = self.max_num_batched_tokens
 

@@ -21,8 +21,6 @@ MISSING = "???"
 
 
 @dataclass(frozen=True, slots=True)
-
-
 class NamedKey:
     """A config key whose value is a registry name: ``names()`` lists the known ones, ``extra``
     are accepted values that are not registry entries (``auto``)."""
@@ -31,6 +29,67 @@ class NamedKey:
     kind: str
     names: Callable[[], list[str]]
     extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RangedKey:
+    """A numeric config key and the values it allows: at least ``low`` (above it with
+    ``low_open``) and at most ``high``. A null or absent key is always allowed (it means the
+    reading dataclass's default); ``unset`` says what null means, for the message."""
+
+    key: str
+    low: float
+    low_open: bool = False
+    high: float = math.inf
+    unset: str = ""
+
+    def allowed(self) -> str:
+        lo = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+        rng = f"a number {lo}" + (f" and <= {self.high:g}" if math.isfinite(self.high) else "")
+        return f"allowed: {rng}" + (f", or null ({self.unset})" if self.unset else "")
+
+    def check(self, cfg: Mapping[str, Any]) -> None:
+        value = lookup(cfg, self.key)
+        if value is None:
+            return
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            x = math.nan
+        ok = (not isinstance(value, bool) and not math.isnan(x) and x <= self.high
+              and (x > self.low if self.low_open else x >= self.low))
+        if not ok:
+            raise bad_value(self.key, value, self.allowed())
+
+
+# The numeric keys of the shared config nodes (run and serve) with their ranges; a workload's
+# own keys are its builder's to check (`experiments.build.build_workload`).
+RANGED_KEYS: tuple[RangedKey, ...] = (
+    RangedKey("seed", 0),
+    RangedKey("replicas", 1),
+    RangedKey("scheduler.max_num_batched_tokens", 1),
+    RangedKey("scheduler.max_running", 1),
+    RangedKey("scheduler.chunk_size", 1),
+    RangedKey("scheduler.page_size", 1, unset="the default page size"),
+    RangedKey("model.max_model_len", 1, unset="the model's own"),
+    RangedKey("kv.mem_fraction", 0, low_open=True, high=1, unset="the default share"),
+    RangedKey("kv.num_pages", 1, unset="as many pages as the device memory holds"),
+    RangedKey("kv.dtype_bytes", 1, unset="bf16"),
+    RangedKey("spec.num_tokens", 0),
+    RangedKey("slo.ttft_ms", 0, low_open=True, unset="no goodput"),
+    RangedKey("slo.tpot_ms", 0, low_open=True, unset="no goodput"),
+    RangedKey("slo.e2e_ms", 0, low_open=True, unset="no goodput"),
+    RangedKey("server.port", 0, high=65535, unset="the default port"),
+    RangedKey("server.queue_limit", 1, unset="no limit"),
+    RangedKey("workload.num_requests", 1, unset="all of a trace's requests"),
+    RangedKey("workload.rate", 0, low_open=True, unset="a trace's own arrivals"),
+)
+
+
+def check_ranges(cfg: Mapping[str, Any], keys: Sequence[RangedKey] = RANGED_KEYS) -> None:
+    """Every numeric key of ``keys`` that the config sets lies in its range."""
+    for rk in keys:
+        rk.check(cfg)
 
 
 def registry_names(module: str, attr: str) -> Callable[[], list[str]]:

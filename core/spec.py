@@ -60,17 +60,20 @@ class SpecConfig:
     def validate(self) -> None:
         if self.method != "none" and self.method not in PROPOSERS and self.method not in MODEL_METHODS:
             known = ", ".join(["none", *PROPOSERS.names(), *MODEL_METHODS])
-            raise ValueError(f"unknown spec.method '{self.method}'; known: {known}")
+            raise UserError(f"unknown spec.method '{self.method}'; known: {known}", "spec.method")
         if self.method in MODEL_METHODS and not self.draft:
-            raise ValueError(f"spec.method={self.method} needs spec.draft (layers:N or a checkpoint folder)")
+            raise UserError(f"spec.method={self.method} needs spec.draft (layers:N or a checkpoint folder)", "spec.draft")
         if self.draft and self.method not in MODEL_METHODS:
-            raise ValueError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft")
+            raise UserError(f"spec.draft is set but spec.method is '{self.method}'; use spec.method=draft", "spec.method")
         if self.method != "none" and self.num_tokens < 1:
-            raise ValueError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}")
+            raise UserError(f"spec.num_tokens must be >= 1 with spec.method={self.method}, got {self.num_tokens}",
+                            "spec.num_tokens")
         if self.max_batch_size < AUTO_MAX_BATCH:
-            raise ValueError(f"spec.max_batch_size must be >= 0 (0: no limit) or auto, got {self.max_batch_size}")
+            raise UserError(f"spec.max_batch_size must be >= 0 (0: no limit) or auto, got {self.max_batch_size}",
+                            "spec.max_batch_size")
         if not 1 <= self.ngram_min <= self.ngram_max:
-            raise ValueError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}")
+            raise UserError(f"need 1 <= spec.ngram_min <= spec.ngram_max, got {self.ngram_min}, {self.ngram_max}",
+                            "spec.ngram_min")
 
     def proposer(self) -> "Proposer":
         if self.method in MODEL_METHODS:
@@ -87,7 +90,7 @@ class SpecConfig:
             values = {k: v for k, v in dict(value or {}).items() if v is not None}
             unknown = set(values) - {f.name for f in fields(cls)}
             if unknown:
-                raise ValueError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+                raise UserError(f"unknown spec keys {sorted(unknown)}; known: {[f.name for f in fields(cls)]}", "spec")
             if values.get("max_batch_size") == "auto":
                 values["max_batch_size"] = AUTO_MAX_BATCH
             cfg = cls(**values)

@@ -92,9 +92,16 @@ def hardware_spec(hw: Mapping[str, Any]) -> GPUSpec:
 
 def build_workload(wl: Mapping[str, Any], vocab_size: int) -> Workload:
     """The workload named ``wl.name`` with the remaining non-null keys as builder kwargs, token
-    ids drawn from the model's vocabulary."""
+    ids drawn from the model's vocabulary. A builder's ValueError or TypeError (a key's value it
+    refuses) becomes a `UserError` that lists the keys given."""
     kwargs = no_nulls({k: v for k, v in wl.items() if k != "name"})
-    return build_workload_by_name(str(wl["name"]), **kwargs).with_vocab(vocab_size)
+    try:
+        return build_workload_by_name(str(wl["name"]), **kwargs).with_vocab(vocab_size)
+    except UserError:
+        raise
+    except (TypeError, ValueError) as e:  # a builder refusing its keys' values
+        given = " ".join(f"workload.{k}={v}" for k, v in kwargs.items() if not isinstance(v, Mapping))
+        raise UserError(f"workload={wl['name']} cannot be built from {given}: {e}", "workload") from e
 
 
 def scheduler_config(cfg: Mapping[str, Any], shape: ModelShape, hw: GPUSpec) -> SchedulerConfig:

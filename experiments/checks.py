@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from twinserve.core.config_checks import (NamedKey, check_mandatory, check_model, check_names, lookup,
-                                          registry_names)
+from twinserve.core.config_checks import (NamedKey, check_mandatory, check_model, check_names, check_ranges,
+                                          lookup, registry_names)
 from twinserve.core.errors import UserError, bad_value
 
 # The config keys that hold a registry name, and the registry each is looked up in.
@@ -68,6 +68,7 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     fix them."""
     check_mandatory(cfg)
     check_names(cfg, NAMED_KEYS)
+    check_ranges(cfg)
     check_model(cfg)
     check_workload_path(cfg)
     check_backend(cfg)

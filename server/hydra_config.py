@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from twinserve.core.conf_compose import compose
 from twinserve.core.conf_path import conf_dir
 from twinserve.core.conf_schema import ServerNode
-from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names, check_tp,
-                                          registry_names)
+from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names,
+                                          check_ranges, check_tp, registry_names)
 from twinserve.core.errors import UserError
 from twinserve.core.run_config import from_cfg
 from twinserve.server.config import ServerConfig
@@ -95,7 +95,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
 
 def check_served(cfg: Mapping[str, Any]) -> None:
     """The composed config's mistakes a user can fix, before any process starts: keys left at
-    ``???``, unknown policy or router names, a missing ``model.path``, a ``tp`` the model cannot
+    ``???``, unknown policy or router names, a number out of its range
+    (`core.config_checks.RANGED_KEYS`), a missing ``model.path``, a ``tp`` the model cannot
     split."""
     import json
     from pathlib import Path
@@ -109,6 +110,7 @@ def check_served(cfg: Mapping[str, Any]) -> None:
                         f"pip install -e '.[engine,server]'")
     check_mandatory(cfg)
     check_names(cfg, SERVED_NAMES)
+    check_ranges(cfg)
     check_model(cfg)
     path = (cfg.get("model") or {}).get("path")
     if path:

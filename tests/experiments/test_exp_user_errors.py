@@ -139,6 +139,19 @@ def test_a_max_prompt_tokens_that_leaves_nothing(limit: str, says: str, tmp_path
     assert "workload.max_prompt_tokens" in err and says in err
 
 
+@pytest.mark.parametrize("overrides, says", [
+    (["scheduler.page_size=0"], "scheduler.page_size=0: allowed: a number >= 1, or null"),
+    (["kv.mem_fraction=1.5"], "kv.mem_fraction=1.5: allowed: a number > 0 and <= 1"),
+    (["workload=shared_prefix", "workload.prefix_len=-5"],
+     "workload=shared_prefix cannot be built from workload.num_requests=20"),
+    (["model=llama3-70b", "hardware=h100"], "leaves no KV memory on h100"),
+])
+def test_a_value_out_of_range_is_refused_before_anything_runs(overrides: list[str], says: str,
+                                                              tmp_path: Path) -> None:
+    err = user_error(RUN, *overrides, *SMALL, cwd=tmp_path)
+    assert says in err
+
+
 def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
     err = user_error(RUN, "tp=3", *SMALL, cwd=tmp_path)
     assert "tp=3" in err and "32 attention heads and 8 KV heads" in err and "allowed: tp in [1, 2, 4, 8" in err
@@ -182,6 +195,8 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     assert "unknown server keys ['nope']" in err
     err = user_error(SERVE, f"model.path={model}", "server.port=http", cwd=tmp_path)
     assert "server.port=http: Value 'http' of type 'str' could not be converted to Integer" in err
+    err = user_error(SERVE, f"model.path={model}", "kv.mem_fraction=0", cwd=tmp_path)
+    assert "kv.mem_fraction=0.0: allowed: a number > 0 and <= 1" in err
     err = user_error(SERVE, f"model.path={model}", "kv.mem_fracton=0.5", cwd=tmp_path)
     assert "Key 'mem_fracton' not in 'KvNode'" in err
     no_torch = [sys.executable, "-c", NO_TORCH.format(prog="twinserve-serve", module="twinserve.server.launch")]
