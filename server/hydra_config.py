@@ -21,7 +21,7 @@ from twinserve.core.conf_path import conf_dir
 from twinserve.core.conf_schema import ServerNode
 from twinserve.core.config_checks import (NamedKey, check_group_options, check_mandatory, check_model, check_names,
                                           check_ranges, check_tp, registry_names)
-from twinserve.core.errors import UserError
+from twinserve.core.errors import UserError, bad_value
 from twinserve.core.run_config import from_cfg
 from twinserve.server.config import ServerConfig
 
@@ -96,8 +96,8 @@ def server_config_from(cfg: Mapping[str, Any], assignments: list[str]) -> Server
 def check_served(cfg: Mapping[str, Any]) -> None:
     """The composed config's mistakes a user can fix, before any process starts: keys left at
     ``???``, unknown policy or router names, a number out of its range
-    (`core.config_checks.RANGED_KEYS`), a missing ``model.path``, a ``tp`` the model cannot
-    split."""
+    (`core.config_checks.RANGED_KEYS`), a missing ``model.path`` or one without a tokenizer or
+    weights (unless ``backend.load_format=dummy``), a ``tp`` the model cannot split."""
     import json
     from pathlib import Path
 
@@ -118,6 +118,14 @@ def check_served(cfg: Mapping[str, Any]) -> None:
         shape = ModelShape.from_hf_config(json.loads((p / "config.json" if p.is_dir() else p).read_text()),
                                           name=p.name)
         check_tp(int(cfg.get("tp", 1)), shape)
+        if p.is_dir() and not (p / "tokenizer.json").exists():
+            raise bad_value("model.path", path, "the directory has no tokenizer.json, which the server "
+                                                "encodes and decodes text with; twinserve-make-model writes one")
+        dummy = (cfg.get("backend") or {}).get("load_format") == "dummy"
+        if p.is_dir() and not dummy and not any(p.glob("*.safetensors")):
+            raise bad_value("model.path", path, "the directory holds no weights (*.safetensors); write a "
+                                                "checkpoint with twinserve-make-model, or serve random weights "
+                                                "with backend.load_format=dummy")
 
 
 def compose_server_config(overrides: list[str]) -> tuple[Any, ServerConfig]:

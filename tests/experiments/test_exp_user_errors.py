@@ -197,6 +197,11 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     assert "server.port=http: Value 'http' of type 'str' could not be converted to Integer" in err
     err = user_error(SERVE, f"model.path={model}", "kv.mem_fraction=0", cwd=tmp_path)
     assert "kv.mem_fraction=0.0: allowed: a number > 0 and <= 1" in err
+    err = user_error(SERVE, f"model.path={model}", cwd=tmp_path)
+    assert f"model.path={model}: the directory has no tokenizer.json" in err
+    (model / "tokenizer.json").write_text("{}")
+    err = user_error(SERVE, f"model.path={model}", cwd=tmp_path)
+    assert "holds no weights (*.safetensors)" in err and "backend.load_format=dummy" in err
     err = user_error(SERVE, f"model.path={model}", "kv.mem_fracton=0.5", cwd=tmp_path)
     assert "Key 'mem_fracton' not in 'KvNode'" in err
     no_torch = [sys.executable, "-c", NO_TORCH.format(prog="twinserve-serve", module="twinserve.server.launch")]

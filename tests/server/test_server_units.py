@@ -182,10 +182,12 @@ def test_engine_config_from_passes_the_backend_engine_keys(tmp_path) -> None:
     from twinserve.server.hydra_config import compose_server_config
 
     dirs = {}
-    for name in ("qwen3-0.6b", "llama3-8b"):  # composing checks that model.path holds a config
-        dirs[name] = tmp_path / name
+    for name in ("qwen3-0.6b", "llama3-8b"):  # composing checks that model.path holds a config,
+        dirs[name] = tmp_path / name           # a tokenizer and weights (here only their names)
         dirs[name].mkdir()
         (dirs[name] / "config.json").write_text(json.dumps(get_shape(name).to_hf_config()))
+        (dirs[name] / "tokenizer.json").write_text("{}")
+        (dirs[name] / "model.safetensors").write_bytes(b"")
     qp, lp = f"model.path={dirs['qwen3-0.6b']}", f"model.path={dirs['llama3-8b']}"
     q, _ = compose_server_config(["model=qwen3-0.6b", qp])
     l, _ = compose_server_config([lp])
