@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from twinserve.core.cli_errors import plain_warnings, report_user_errors, take_debug_flag
+
 
 @dataclass(frozen=True, slots=True)
 class Benchmark:
@@ -50,14 +52,20 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run benchmark ``argv[0]`` with the rest of ``argv``; a `UserError` it raises is one line
+    on stderr and exit status 2 (``--debug`` or ``TWINSERVE_DEBUG=1``: its traceback)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    debug = take_debug_flag(args)
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return
     name, rest = args[0], args[1:]
     if name not in BENCHMARKS:
         raise SystemExit(f"twinserve-bench: unknown benchmark {name!r}\n\n{usage()}")
-    importlib.import_module(BENCHMARKS[name].module).main(rest)
+    if argv is None:
+        plain_warnings()
+    module = importlib.import_module(BENCHMARKS[name].module)
+    report_user_errors(f"twinserve-bench {name}", debug, lambda: module.main(rest))
 
 
 if __name__ == "__main__":

@@ -71,9 +71,17 @@ def _child(which: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _request_count(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a request count is at least 1, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="twinserve-bench sim", description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 100000])
+    ap.add_argument("--sizes", type=_request_count, nargs="*", default=[1000, 10000, 100000],
+                    help="request counts of the synthetic runs")
     ap.add_argument("--no-trace", action="store_true", help="skip the full Azure trace run")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
