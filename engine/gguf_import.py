@@ -19,7 +19,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from twinserve.core.errors import UserError
 from twinserve.core.registry import Registry
+
+GGUF_MAGIC = b"GGUF"  # the first bytes of every GGUF file
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,13 @@ GGUF_PRESETS.register("smollm2-135m")(
 
 
 def resolve_gguf(source: str | Path) -> Path:
-    """``source`` as a GGUF path: an existing file, else a preset name (`GGUF_PRESETS`)."""
+    """``source`` as a GGUF path: an existing file that starts with GGUF's magic bytes, else a
+    preset name (`GGUF_PRESETS`)."""
     p = Path(source)
     if p.is_file():
+        with p.open("rb") as f:
+            if f.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+                raise UserError(f"{p} is not a GGUF file (it does not start with {GGUF_MAGIC!r})")
         return p
     if str(source) in GGUF_PRESETS:
         return GGUF_PRESETS.create(str(source)).path()

@@ -20,6 +20,7 @@ from typing import Iterator
 
 import torch
 
+from twinserve.core.errors import UserError
 from twinserve.core.model_shapes import MODEL_SHAPES, ModelShape, get_shape
 from twinserve.engine.model_config import parse_dtype
 from twinserve.engine.tokenizer_maker import write_tokenizer
@@ -121,12 +122,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-weights", action="store_true",
                     help="config and tokenizer only (serve with load_format=dummy)")
     args = ap.parse_args(argv)
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.exit(2, f"twinserve-make-model: cannot create --out {args.out}: {e.strerror}\n")
     if args.from_gguf:
         from twinserve.engine.gguf_import import convert_gguf
 
         try:
             out = convert_gguf(args.from_gguf, args.out, args.dtype)
-        except (FileNotFoundError, ImportError) as e:
+        except (UserError, FileNotFoundError, ImportError) as e:
             ap.exit(2, f"twinserve-make-model: {e}\n")
         print(f"wrote {args.from_gguf} to {out}")
         return

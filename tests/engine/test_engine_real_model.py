@@ -78,3 +78,16 @@ def test_make_model_names_the_missing_gguf(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "neither a GGUF file nor a preset" in err and "smollm2-135m" in err
+
+
+def test_make_model_refuses_a_file_that_is_not_gguf_and_an_out_it_cannot_create(tmp_path, capsys):
+    from twinserve.engine.model_maker import main
+
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    with pytest.raises(SystemExit) as e:
+        main(["--from-gguf", str(text), "--out", str(tmp_path / "out")])
+    assert e.value.code == 2 and f"{text} is not a GGUF file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--shape", "tiny-llama", "--out", str(text / "sub")])  # a file where a folder must go
+    assert e.value.code == 2 and f"cannot create --out {text / 'sub'}" in capsys.readouterr().err
