@@ -72,11 +72,17 @@ def swept_knobs(df: pd.DataFrame) -> list[str]:
     return [k for k in keys if len({r.get(k) for r in rows}) > 1]
 
 
+def as_text(s: pd.Series) -> pd.Series:
+    """``s`` as strings, a missing value as '' (pandas 3's ``astype(str)`` keeps NaN, which
+    would make every label it is joined to NaN)."""
+    return s.astype(object).where(s.notna(), "").astype(str)
+
+
 def swept_label(df: pd.DataFrame) -> pd.Series:
     """`` key=value`` for each of the `swept_knobs` of every run ('' when none)."""
     label = pd.Series("", index=df.index)
     for key in swept_knobs(df):
-        values = df["overrides"].astype(str).map(
+        values = as_text(df["overrides"]).map(
             lambda o, k=key: next((kv.split("=", 1)[1] for kv in o.split() if kv.startswith(k + "=")), "-"))
         label = label + f" {key}=" + values
     return label
@@ -86,10 +92,10 @@ def add_series(df: pd.DataFrame) -> pd.DataFrame:
     """Name each run's line: ``combo``, plus ``[backend]`` and ``@workload`` when those vary, plus
     `` key=value`` for the other swept overrides (`swept_knobs`)."""
     out = df.copy()
-    series = out["combo"].astype(str) if "combo" in out else pd.Series("run", index=out.index)
+    series = as_text(out["combo"]) if "combo" in out else pd.Series("run", index=out.index)
     for col, fmt in (("backend", " [{}]"), ("workload", " @{}")):
-        if col in out and out[col].astype(str).nunique() > 1:
-            series = series + out[col].astype(str).map(fmt.format)
+        if col in out and as_text(out[col]).nunique() > 1:
+            series = series + as_text(out[col]).map(lambda v, f=fmt: f.format(v) if v else "")
     out["series"] = series + swept_label(out)
     return out
 
@@ -126,7 +132,7 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
     dash pattern the cache (and backend and the `swept_knobs` when they vary), so ``fcfs+radix``
     and ``fcfs+none`` share a color and differ in dashes. Needs the ``series`` column (``add_series``)."""
     def col(name: str) -> pd.Series:
-        return df[name].astype(str) if name in df else pd.Series("", index=df.index)
+        return as_text(df[name]) if name in df else pd.Series("", index=df.index)
 
     def varying(name: str) -> pd.Series:
         c = col(name)

@@ -96,7 +96,7 @@ def find_runs(paths: Iterable[Path | str]) -> list[Path]:
     for p in paths:
         p = Path(p)
         if not p.exists():
-            raise FileNotFoundError(p)
+            raise FileNotFoundError(f"no such run folder: {p}")
         if p.is_file() and p.name == SUMMARY:
             found.add(p.parent.resolve())
             continue

@@ -26,7 +26,7 @@ def test_find_runs_accepts_multirun_run_and_summary_paths(sweep_dir) -> None:
     assert len(runs) == 12
     assert [p.name for p in runs[:3]] == ["0", "1", "2"] and runs[10].name == "10"
     assert find_runs([sweep_dir / "3", sweep_dir / "3" / "summary.json"]) == [runs[3]]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=f"no such run folder: {sweep_dir / 'nope'}"):
         find_runs([sweep_dir / "nope"])
 
 

@@ -34,3 +34,18 @@ def test_swept_overrides_name_the_series() -> None:
 def test_headline_keeps_the_prefix_hit_rate_columns() -> None:
     t = headline_table(add_series(_df()))
     assert {"prefix_cache.hit_rate", "prefix_cache.of_bound"} <= set(t.columns)
+
+
+def test_a_run_missing_a_label_still_gets_a_named_series_and_a_style() -> None:
+    """A run whose summary lacks a label (its policy, backend or workload is NaN, as in an old
+    run folder) is named and styled like the others instead of failing the report."""
+    df = _df()
+    df["workload"] = ["a", "a", "b", None]
+    df.loc[0, "policy"] = None
+    df.loc[1, "backend"] = float("nan")
+    named = add_series(df)
+    assert named["series"].tolist() == ["fcfs+radix [sim] @a kv.num_pages=100", "fcfs+radix @a kv.num_pages=5000",
+                                        "fcfs+none [sim] @b kv.num_pages=100", "fcfs+none [sim] kv.num_pages=5000"]
+    styles = series_styles(named)
+    assert set(styles) == set(named["series"])
+    assert all(isinstance(v["color"], tuple) for v in styles.values())
