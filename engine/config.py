@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from twinserve.core.config import SchedulerConfig, scheduler_default
+from twinserve.core.errors import UnknownNameError, bad_value
 from twinserve.core.graph_plan import DEFAULT_PLAN, GraphPlan
 from twinserve.core.kv_budget import KvBudget
 from twinserve.core.run_config import from_cfg
+
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+
 
 @dataclass
 class EngineConfig:
@@ -145,14 +150,34 @@ RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", 
                     "cpu_kv_tokens", "fast_plan")
 
 
+def check_backend_values(backend: Mapping[str, Any]) -> None:
+    """The ``backend`` keys a run sets that name a device, a dtype or a load format hold known
+    values, and ``cpu_kv_tokens`` is positive; else a `UserError` naming the key. None keeps
+    the `EngineConfig` default."""
+    from twinserve.engine.loader import LOAD_FORMATS
+    from twinserve.engine.model_config import DTYPE_NAMES
+
+    device, dtype, fmt = backend.get("device"), backend.get("dtype"), backend.get("load_format")
+    if device is not None and not re.fullmatch(DEVICE_PATTERN, str(device)):
+        raise bad_value("backend.device", device, "allowed: auto, cpu, cuda or cuda:N")
+    if dtype is not None and str(dtype) != "auto" and str(dtype) not in DTYPE_NAMES:
+        raise UnknownNameError("dtype", str(dtype), ["auto", *DTYPE_NAMES], "backend.dtype")
+    if fmt is not None and str(fmt) not in LOAD_FORMATS:
+        raise UnknownNameError("load format", str(fmt), LOAD_FORMATS.names(), "backend.load_format")
+    kv = backend.get("cpu_kv_tokens")
+    if kv is not None and int(kv) < 1:
+        raise bad_value("backend.cpu_kv_tokens", kv, "allowed: >= 1 (tokens of KV pool on the CPU)")
+
+
 def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any) -> EngineConfig:
     """The `EngineConfig` of a composed run config (`twinserve-run backend=engine` and
     `twinserve-serve` alike), from its `core.run_config.RunChoices`: the batch knobs (with
     ``model.max_model_len`` as the scheduler's), the page size and graph knobs where given, the
     policies, the pool from ``kv``, ``seed``, ``tp``, ``spec``; and the ``backend`` keys of
-    `RUN_BACKEND_KEYS`; ``over`` sets any field last."""
+    `RUN_BACKEND_KEYS` (`check_backend_values`); ``over`` sets any field last."""
     rc = from_cfg(cfg)
     backend = cfg.get("backend") or {}
+    check_backend_values(backend)
     sched = dict(rc.batching)
     if rc.max_model_len is not None:
         sched["max_model_len"] = rc.max_model_len

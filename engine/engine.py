@@ -26,7 +26,7 @@ from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.core.spec import MODEL_METHODS, SpecConfig
 from twinserve.core.spec_step import SpecDecoding
 from twinserve.engine.config import EngineConfig
-from twinserve.engine.executor import RankExecutor, resolve_device
+from twinserve.engine.executor import RankExecutor, require_device, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
 from twinserve.engine.outputs import StepOutput
@@ -73,6 +73,7 @@ class Engine:
             raise ValueError(f"tp_size must be >= 1, got {cfg.tp_size}")
         self.cfg = cfg
         self.device = resolve_device(cfg.device, 0)
+        require_device(self.device)
         self.tp = None
         ex_kw: dict[str, Any] = {}
         if cfg.tp_size > 1:

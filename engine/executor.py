@@ -14,6 +14,7 @@ import torch
 
 from twinserve.core.capture_schedule import CaptureItem, capture_schedule
 from twinserve.core.config import SchedulerConfig, scheduler_default
+from twinserve.core.errors import UserError
 from twinserve.core.graph_plan import GraphPlan
 from twinserve.core.spec import SpecConfig
 from twinserve.engine.attention import ATTENTION, AttentionSpec
@@ -42,6 +43,13 @@ def resolve_device(name: str, rank: int = 0) -> torch.device:
     if dev.type != "cuda":
         return dev
     return torch.device("cuda", (dev.index or 0) + rank)
+
+
+def require_device(dev: torch.device) -> None:
+    """A `UserError` when ``dev`` is a CUDA device and this torch sees none."""
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={dev}, but this torch ({torch.__version__}) sees no CUDA device; "
+                        f"use device=cpu (backend.device=cpu) or auto", "backend.device")
 
 
 def model_max_len(mc: ModelConfig, cfg: EngineConfig) -> int:

@@ -13,6 +13,7 @@ from twinserve.core.model_shapes import ModelShape
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
            "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPE_NAMES = tuple(sorted(_DTYPES))  # the dtype names `parse_dtype` takes
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:

@@ -1,11 +1,15 @@
 """The simulator backend (`experiments.build`) and the engine (`engine.config.engine_config_from_run`)
-build their scheduler config and graph plan from the same `core.run_config.from_cfg` choices."""
+build their scheduler config and graph plan from the same `core.run_config.from_cfg` choices; the
+engine refuses backend values it cannot take."""
 
 from __future__ import annotations
 
+import pytest
+import torch
 from omegaconf import OmegaConf
 
 from twinserve.core.conf_compose import compose
+from twinserve.core.errors import UserError
 from twinserve.engine.config import engine_config_from_run
 from twinserve.experiments.build import graph_plan, hardware_spec, model_shape, scheduler_config
 
@@ -24,3 +28,29 @@ def test_the_engine_and_the_simulator_read_the_same_choices() -> None:
     assert eng_sc == sim_sc
     assert ecfg.graph_plan(True, eng_sc.max_running, shape.gqa_group(1)) == graph_plan(cfg, shape, sim_sc)
     assert (ecfg.mem_fraction, ecfg.num_pages, ecfg.scheduling) == (0.5, 512, "lpm")
+
+
+@pytest.mark.parametrize("override, says", [
+    ("backend.device=gpu", "backend.device=gpu: allowed: auto, cpu, cuda or cuda:N"),
+    ("backend.dtype=int3", "unknown dtype backend.dtype=int3; known: auto, bf16"),
+    ("backend.load_format=nope", "unknown load format backend.load_format=nope; known: dummy, safetensors"),
+    ("backend.cpu_kv_tokens=0", "backend.cpu_kv_tokens=0: allowed: >= 1"),
+])
+def test_the_engine_refuses_unknown_backend_values_as_user_errors(override: str, says: str) -> None:
+    """Even where the run overrides the key (a shape-named model always loads dummy weights), a
+    value no engine takes is refused, not ignored."""
+    with pytest.raises(UserError) as e:
+        engine_config_from_run(composed("backend=engine", override), "/m", load_format="dummy")
+    assert str(e.value).startswith(says) and e.value.key == override.split("=")[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without a CUDA device")
+def test_cuda_without_a_cuda_device_is_a_user_error() -> None:
+    from twinserve.engine.engine import Engine, EngineConfig
+    from twinserve.engine.executor import require_device, resolve_device
+
+    require_device(resolve_device("auto"))  # the CPU
+    with pytest.raises(UserError, match="device=cuda:1, but this torch .* sees no CUDA device; use device=cpu"):
+        require_device(resolve_device("cuda:1"))
+    with pytest.raises(UserError, match="sees no CUDA device"):
+        Engine(EngineConfig(model="/nowhere", device="cuda"))
