@@ -142,12 +142,14 @@ def start_server(engine_cfg: Any, host: str = "127.0.0.1", port: int = 0,
 
 def main(argv: list[str] | None = None) -> None:
     """``twinserve-serve [hydra overrides...]``: compose the experiments config, serve."""
-    from twinserve.core.cli_errors import plain_warnings, report_user_errors, take_debug_flag
+    from twinserve.core.cli_errors import DEBUG_ENV, plain_warnings, report_user_errors, take_debug_flag
     from twinserve.server.hydra_config import compose_server_config
     from twinserve.server.runtime import serve
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     debug = take_debug_flag(overrides)
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # the workers print a user error's traceback too
     plain_warnings()
     engine_cfg, server_cfg = report_user_errors("twinserve-serve", debug,
                                                 lambda: compose_server_config(overrides))
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         run_proxy(server_cfg)
         return
     try:
-        serve(engine_cfg, server_cfg)
+        report_user_errors("twinserve-serve", debug, lambda: serve(engine_cfg, server_cfg))
     except SystemExit as e:
         if e.code not in (None, 0, 128 + signal.SIGTERM, 128 + signal.SIGINT):
             raise

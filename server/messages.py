@@ -75,12 +75,14 @@ class Ready:
 @message(2)
 @dataclass(slots=True)
 class StartFailed:
-    """A child could not start (bad model path, out of memory, ...); the launcher reports it."""
+    """A child could not start (bad model path, out of memory, ...); the launcher reports it.
+    ``user_error`` is the message of a `UserError` (a config the user can fix), else ''."""
 
     role: str
     rank: int
     pid: int
     error: str
+    user_error: str = ""
 
 
 # ---- requests going in -------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import zmq
 
+from twinserve.core.cli_errors import DEBUG_ENV
+from twinserve.core.errors import UserError
 from twinserve.server.ipc import IpcPaths, push_socket, send
 from twinserve.server.messages import Ready, StartFailed
 
@@ -86,14 +88,16 @@ def child_main(target: str, role: str, rank: int, paths: IpcPaths, cfg: Any, par
         resolve(target)(cfg, ctx)
     except SystemExit:
         pass
-    except BaseException:
+    except BaseException as e:
         code = 1
         tb = traceback.format_exc()
+        user = str(e) if isinstance(e, UserError) else ""
         try:
-            _handshake(ctx, StartFailed(role, rank, os.getpid(), tb))
+            _handshake(ctx, StartFailed(role, rank, os.getpid(), tb, user))
         except Exception:
             pass
-        print(f"[twinserve {role}{rank}] crashed:\n{tb}", flush=True)
+        if not user or os.environ.get(DEBUG_ENV) == "1":  # the launcher prints a user error's line
+            print(f"[twinserve {role}{rank}] crashed:\n{tb}", flush=True)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         zctx.destroy(linger=0)

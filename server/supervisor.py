@@ -16,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from twinserve.core.errors import UserError
 from twinserve.server.ipc import IpcPaths, pull_socket, recv_all
 from twinserve.server.messages import Ready, StartFailed
 from twinserve.server.proc import child_main
@@ -34,6 +35,14 @@ class Child:
 
 class StartupError(RuntimeError):
     """A child failed or died before it was ready."""
+
+
+def _start_failed(key: str, msg: StartFailed) -> Exception:
+    """A child's failed start: a `UserError` when the child's was one (its message, naming the
+    child), else a `StartupError` with the child's traceback."""
+    if msg.user_error:
+        return UserError(f"{key}: {msg.user_error}")
+    return StartupError(f"{key} failed to start:\n{msg.error}")
 
 
 class Supervisor:
@@ -63,7 +72,7 @@ class Supervisor:
             for msg in recv_all(self.ready_sock, 200):
                 key = f"{msg.role}{msg.rank}"
                 if isinstance(msg, StartFailed):
-                    raise StartupError(f"{key} failed to start:\n{msg.error}")
+                    raise _start_failed(key, msg)
                 if isinstance(msg, Ready) and key in pending:
                     infos[key] = msg.info
                     del pending[key]
@@ -72,7 +81,7 @@ class Supervisor:
                     # it may have sent StartFailed just before exiting
                     for msg in recv_all(self.ready_sock, 100):
                         if isinstance(msg, StartFailed):
-                            raise StartupError(f"{key} failed to start:\n{msg.error}")
+                            raise _start_failed(key, msg)
                     raise StartupError(f"{key} exited with code {c.process.exitcode} before it was ready")
             if pending and time.monotonic() > deadline:
                 raise StartupError(f"{', '.join(pending)} not ready after {timeout_s:.0f} s")

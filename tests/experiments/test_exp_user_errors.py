@@ -209,6 +209,20 @@ def test_serve_reports_the_same_mistakes(tmp_path: Path) -> None:
     assert p.returncode == 2 and "Traceback" not in p.stderr and "install the 'engine,server' extras" in p.stderr
 
 
+def test_serve_reports_a_workers_user_error_in_one_line(tmp_path: Path) -> None:
+    """The engine worker finds the mistake (cuda on a torch without CUDA): the launcher prints
+    its one line, naming the worker, and no traceback."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a torch without a CUDA device")
+    from twinserve.engine.model_maker import make_model
+
+    model = make_model("tiny-llama", tmp_path / "tiny", weights=False)
+    err = user_error(SERVE, f"model.path={model}", "backend.load_format=dummy", "backend.device=cuda",
+                     "server.port=0", cwd=tmp_path)
+    assert "error: engine0: device=cuda:0, but this torch" in err and "sees no CUDA device" in err
+
+
 # ---- item: no silent wrong answer ----------------------------------------------------------
 def _model_dir(d: Path, shape) -> Path:
     d.mkdir(parents=True)
