@@ -153,7 +153,7 @@ RUN_BACKEND_KEYS = ("device", "dtype", "load_format", "cuda_graphs", "overlap", 
 def check_backend_values(backend: Mapping[str, Any]) -> None:
     """The ``backend`` keys a run sets that name a device, a dtype or a load format hold known
     values, and ``cpu_kv_tokens`` is positive; else a `UserError` naming the key. None keeps
-    the `EngineConfig` default."""
+    the `EngineConfig` default. Imports torch (the dtypes and load formats are the engine's)."""
     from twinserve.engine.loader import LOAD_FORMATS
     from twinserve.engine.model_config import DTYPE_NAMES
 
@@ -174,10 +174,10 @@ def engine_config_from_run(cfg: Mapping[str, Any], model_path: str, **over: Any)
     `twinserve-serve` alike), from its `core.run_config.RunChoices`: the batch knobs (with
     ``model.max_model_len`` as the scheduler's), the page size and graph knobs where given, the
     policies, the pool from ``kv``, ``seed``, ``tp``, ``spec``; and the ``backend`` keys of
-    `RUN_BACKEND_KEYS` (`check_backend_values`); ``over`` sets any field last."""
+    `RUN_BACKEND_KEYS`; ``over`` sets any field last. No torch import: `Engine` checks the
+    values (`check_backend_values`)."""
     rc = from_cfg(cfg)
     backend = cfg.get("backend") or {}
-    check_backend_values(backend)
     sched = dict(rc.batching)
     if rc.max_model_len is not None:
         sched["max_model_len"] = rc.max_model_len

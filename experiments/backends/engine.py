@@ -135,10 +135,11 @@ def _used_config(eng: Any) -> dict[str, Any]:
 def engine_config(ctx: RunContext) -> Any:
     """The `EngineConfig` of a run config (`engine.config.engine_config_from_run`; writes the
     shape's config.json into the run folder and loads dummy weights when there is no
-    ``model.path``)."""
-    from twinserve.engine.config import engine_config_from_run
+    ``model.path``; a ``backend.load_format`` it overrides is still checked)."""
+    from twinserve.engine.config import check_backend_values, engine_config_from_run
 
     cfg = ctx.cfg
+    check_backend_values(cfg.get("backend") or {})
     model_path = cfg["model"].get("path")
     if model_path:  # backend.load_format, when given, is one of the run's backend keys
         return engine_config_from_run(cfg, str(model_path))

@@ -4,6 +4,8 @@ engine refuses backend values it cannot take."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -36,12 +38,27 @@ def test_the_engine_and_the_simulator_read_the_same_choices() -> None:
     ("backend.load_format=nope", "unknown load format backend.load_format=nope; known: dummy, safetensors"),
     ("backend.cpu_kv_tokens=0", "backend.cpu_kv_tokens=0: allowed: >= 1"),
 ])
-def test_the_engine_refuses_unknown_backend_values_as_user_errors(override: str, says: str) -> None:
-    """Even where the run overrides the key (a shape-named model always loads dummy weights), a
-    value no engine takes is refused, not ignored."""
+def test_the_engine_refuses_unknown_backend_values_as_user_errors(override: str, says: str,
+                                                                  tmp_path) -> None:
+    """The engine backend checks the run's values (even a load format it overrides: a shape-named
+    model always loads dummy weights), and `Engine` checks its config's."""
+    from twinserve.engine.engine import Engine
+    from twinserve.experiments.backends.base import RunContext
+    from twinserve.experiments.backends.engine import engine_config
+    from twinserve.experiments.build import hardware_spec, model_shape
+
+    cfg = composed("backend=engine", "model=tiny-llama", override)
+    ctx = RunContext(cfg, model_shape(cfg["model"]), hardware_spec(cfg["hardware"]), tmp_path, False)
     with pytest.raises(UserError) as e:
-        engine_config_from_run(composed("backend=engine", override), "/m", load_format="dummy")
+        engine_config(ctx)
     assert str(e.value).startswith(says) and e.value.key == override.split("=")[0]
+    key, value = override.removeprefix("backend.").split("=")
+    with pytest.raises(UserError, match=re.escape(says)):
+        Engine(engine_config_from_run(composed("backend=engine"), str(tmp_path), **{key: type_of(key)(value)}))
+
+
+def type_of(key: str) -> type:
+    return int if key == "cpu_kv_tokens" else str
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without a CUDA device")
