@@ -111,6 +111,19 @@ class EngineConfig:
     checked: bool = False
     spec: Any = field(default_factory=dict)
 
+    def check(self) -> None:
+        """The fields a user sets that no engine can take are a `UserError` naming the field:
+        the device, dtype and load format (`check_backend_values`), and the sizes of the pool."""
+        check_backend_values({k: getattr(self, k) for k in ("device", "dtype", "load_format", "cpu_kv_tokens")})
+        if self.page_size < 1:
+            raise bad_value("page_size", self.page_size, "allowed: >= 1")
+        if not 0 < self.mem_fraction <= 1:
+            raise bad_value("mem_fraction", self.mem_fraction, "allowed: > 0 and <= 1")
+        if self.num_pages is not None and self.num_pages < 1:
+            raise bad_value("num_pages", self.num_pages, "allowed: >= 1, or None (from the device memory)")
+        if self.tp_size < 1:
+            raise bad_value("tp_size", self.tp_size, "allowed: >= 1")
+
     def uses_triton_kernels(self, cuda: bool) -> bool:
         """Whether the engine on this device runs `engine.triton`'s kernels (``triton_kernels``)."""
         if self.triton_kernels is False or not cuda:

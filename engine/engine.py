@@ -25,7 +25,7 @@ from twinserve.core.records import StepRecord
 from twinserve.core.request import PLACEHOLDER, Req
 from twinserve.core.spec import MODEL_METHODS, SpecConfig
 from twinserve.core.spec_step import SpecDecoding
-from twinserve.engine.config import EngineConfig, check_backend_values
+from twinserve.engine.config import EngineConfig
 from twinserve.engine.executor import RankExecutor, require_device, resolve_device
 from twinserve.engine.heap import settle_heap, unsettle_heap
 from twinserve.engine.layers.parallel import SINGLE
@@ -69,10 +69,8 @@ class Engine:
     """
 
     def __init__(self, cfg: EngineConfig) -> None:
-        if cfg.tp_size < 1:
-            raise ValueError(f"tp_size must be >= 1, got {cfg.tp_size}")
+        cfg.check()
         self.cfg = cfg
-        check_backend_values({k: getattr(cfg, k) for k in ("device", "dtype", "load_format", "cpu_kv_tokens")})
         self.device = resolve_device(cfg.device, 0)
         require_device(self.device)
         self.tp = None
